@@ -1,0 +1,34 @@
+# Everyday commands. `make run` starts the whole system; `make test` runs the tests.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+export DJANGO_SETTINGS_MODULE ?= chatproject.settings.base
+export DATABASE_URL ?= postgres://chat:chat@127.0.0.1:5432/chat
+PORT ?= 8000
+
+.PHONY: bootstrap services migrate run test test-fast lint typecheck prepare-model bench
+
+bootstrap:
+	bash scripts/bootstrap.sh
+
+services:
+	bash scripts/services.sh
+
+migrate: bootstrap services
+	$(PY) manage.py migrate --noinput -v0
+
+prepare-model: bootstrap
+	$(PY) manage.py prepare_model
+
+run: migrate
+	bash scripts/run.sh
+
+test: bootstrap services
+	bash scripts/test.sh $(ARGS)
+
+lint: bootstrap
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: bootstrap
+	$(VENV)/bin/mypy .

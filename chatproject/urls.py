@@ -1,0 +1,24 @@
+from django.contrib import admin
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from accounts.apis import TokenApi
+from chatproject.health import healthz, readyz
+from chats.apis import ChatDetailApi, ChatListCreateApi, ChatMessagesApi
+from runs.apis import RunCancelApi, RunDetailApi
+from runs.stream_apis import run_stream
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("healthz", healthz),
+    path("readyz", readyz),
+    path("api/auth/token", TokenApi.as_view(), name="auth-token"),
+    path("api/chats", ChatListCreateApi.as_view(), name="chat-list"),
+    path("api/chats/<int:chat_id>", ChatDetailApi.as_view(), name="chat-detail"),
+    path("api/chats/<int:chat_id>/messages", ChatMessagesApi.as_view(), name="chat-messages"),
+    path("api/runs/<int:run_id>", RunDetailApi.as_view(), name="run-detail"),
+    path("api/runs/<int:run_id>/cancel", RunCancelApi.as_view(), name="run-cancel"),
+    path("api/runs/<int:run_id>/stream", run_stream, name="run-stream"),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+]

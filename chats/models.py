@@ -1,0 +1,51 @@
+"""Chats and their messages: the conversation record."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class Chat(models.Model):
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="chats")
+    title = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now_add=True, help_text="Last activity: bumped by every message.")
+    summary = models.TextField(blank=True, default="", help_text="Rolling summary of older turns.")
+    summary_through = models.ForeignKey(
+        "chats.Message",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The last message the rolling summary covers.",
+    )
+    last_worker = models.CharField(
+        max_length=200, blank=True, default="", help_text="Worker that served the last turn (prefix-cache affinity)."
+    )
+
+    class Meta:
+        indexes = [models.Index(fields=["owner", "-updated_at", "-id"], name="chat_owner_activity")]
+
+    def __str__(self) -> str:
+        return self.title or f"Chat {self.pk}"
+
+
+class MessageRole(models.TextChoices):
+    USER = "user"
+    ASSISTANT = "assistant"
+    SYSTEM = "system"
+
+
+class Message(models.Model):
+    chat = models.ForeignKey(Chat, on_delete=models.CASCADE, related_name="messages")
+    role = models.CharField(max_length=16, choices=MessageRole.choices)
+    content = models.TextField()
+    token_count = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["chat", "-created_at", "-id"], name="message_chat_time")]
+
+    def __str__(self) -> str:
+        return f"{self.role}: {self.content[:40]}"

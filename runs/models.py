@@ -1,0 +1,74 @@
+"""A Run is one attempt to produce an assistant message (OpenAI's run lifecycle is the reference)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued"
+    STREAMING = "streaming"
+    CANCELLING = "cancelling"
+    DONE = "done"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+
+ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.STREAMING, RunStatus.CANCELLING)
+TERMINAL_STATUSES = (RunStatus.DONE, RunStatus.CANCELLED, RunStatus.FAILED)
+
+
+class FinishReason(models.TextChoices):
+    STOP = "stop"
+    LENGTH = "length"
+    CANCELLED = "cancelled"
+    ERROR = "error"
+
+
+class Run(models.Model):
+    chat = models.ForeignKey("chats.Chat", on_delete=models.CASCADE, related_name="runs")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="runs")
+    tier = models.ForeignKey("accounts.Tier", on_delete=models.PROTECT, related_name="runs")
+    user_message = models.OneToOneField("chats.Message", on_delete=models.CASCADE, related_name="run")
+    assistant_message = models.OneToOneField(
+        "chats.Message", null=True, blank=True, on_delete=models.SET_NULL, related_name="answered_by"
+    )
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    finish_reason = models.CharField(max_length=16, choices=FinishReason.choices, blank=True, default="")
+    model = models.CharField(max_length=200, blank=True, default="")
+    worker = models.CharField(max_length=200, blank=True, default="")
+    priority = models.PositiveSmallIntegerField(default=0)
+    max_tokens = models.PositiveIntegerField()
+    temperature = models.FloatField(default=0.7)
+    top_p = models.FloatField(default=1.0)
+    input_tokens = models.PositiveIntegerField(default=0)
+    output_tokens = models.PositiveIntegerField(default=0)
+    reserved_tokens = models.PositiveIntegerField(default=0)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    first_token_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["user", "status"], name="run_user_status"),
+            models.Index(fields=["status", "tier"], name="run_status_tier"),
+            models.Index(fields=["chat", "-created_at"], name="run_chat_time"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["chat"],
+                condition=models.Q(status__in=["queued", "streaming", "cancelling"]),
+                name="one_active_run_per_chat",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"Run {self.pk} ({self.status})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
