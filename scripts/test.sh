@@ -7,4 +7,6 @@ export DATABASE_URL="${TEST_DATABASE_URL:-postgres://chat:chat@127.0.0.1:5432/ch
 export REDIS_URL="${TEST_REDIS_URL:-redis://127.0.0.1:6379/1}"
 export CELERY_BROKER_URL="${TEST_CELERY_BROKER_URL:-redis://127.0.0.1:6379/2}"
 mkdir -p artifacts
+# The engine tests load the default model from the local model cache; quick no-op once it is there.
+.venv/bin/python manage.py prepare_model
 exec .venv/bin/pytest --create-db "$@"
