@@ -80,6 +80,22 @@ class StreamConfig:
 
 
 @dataclass(frozen=True)
+class WorkerConfig:
+    """How GPU workers report liveness and how runs survive a worker that dies."""
+
+    max_attempts: int
+    """A run is failed (not restarted) once its generation has been started this many times."""
+    heartbeat_interval_s: float
+    """Seconds between a worker's heartbeat writes (engine statistics, run leases)."""
+    heartbeat_ttl_s: int
+    """TTL of a worker's heartbeat and of its runs' leases: they vanish this long after the worker dies."""
+    orphan_grace_s: float
+    """The reaper leaves a streaming run alone for this long after it started (its lease is being set)."""
+    requeue_orphans: bool
+    """The reaper requeues orphaned runs (True) or fails them at once (False)."""
+
+
+@dataclass(frozen=True)
 class ChatLimits:
     """Limits on what a user may post."""
 
@@ -125,4 +141,14 @@ def chat_limits_from_env() -> ChatLimits:
     return ChatLimits(
         max_content_chars=env.int("CHAT_MAX_CONTENT_CHARS", default=32000),
         default_max_tokens=env.int("CHAT_DEFAULT_MAX_TOKENS", default=256),
+    )
+
+
+def worker_config_from_env() -> WorkerConfig:
+    return WorkerConfig(
+        max_attempts=env.int("WORKER_MAX_ATTEMPTS", default=3),
+        heartbeat_interval_s=env.float("WORKER_HEARTBEAT_INTERVAL_S", default=1.0),
+        heartbeat_ttl_s=env.int("WORKER_HEARTBEAT_TTL_S", default=10),
+        orphan_grace_s=env.float("WORKER_ORPHAN_GRACE_S", default=15.0),
+        requeue_orphans=env.bool("WORKER_REQUEUE_ORPHANS", default=True),
     )

@@ -10,6 +10,7 @@ from chatproject.config import (
     engine_config_from_env,
     env,
     stream_config_from_env,
+    worker_config_from_env,
 )
 
 django_stubs_ext.monkeypatch()
@@ -106,6 +107,7 @@ SPECTACULAR_SETTINGS = {
 ENGINE = engine_config_from_env()
 STREAMS = stream_config_from_env()
 CHAT_LIMITS = chat_limits_from_env()
+WORKERS = worker_config_from_env()
 
 LOGGING = {
     "version": 1,
