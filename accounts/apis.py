@@ -13,6 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from chatproject.exceptions import error_response
 from chats.serializers import StrictCharField
 
 
@@ -26,8 +27,13 @@ class TokenApi(APIView):
     permission_classes = [AllowAny]
 
     @extend_schema(
+        operation_id="auth_token_create",
         request=TokenInSerializer,
-        responses={200: inline_serializer("TokenOut", {"token": serializers.CharField()})},
+        responses={
+            200: inline_serializer("TokenOut", {"token": serializers.CharField()}),
+            400: error_response("Missing fields, or the username or password is wrong."),
+        },
+        auth=[],
         description="Exchanges a username and password for an API token (send it as `Authorization: Token <token>`).",
     )
     def post(self, request: Request) -> Response:

@@ -1,11 +1,15 @@
-"""Turns domain errors and malformed requests into clear 4xx JSON answers."""
+"""Turns domain errors and malformed requests into clear 4xx JSON answers.
+
+Every error body has one shape: ``{"error": {"code": str, "message": str, "fields"?: {...}}}``.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.http import Http404
-from rest_framework import exceptions, status
+from drf_spectacular.utils import OpenApiResponse, inline_serializer
+from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
@@ -13,11 +17,17 @@ from rest_framework.views import exception_handler
 class DomainError(Exception):
     """A request that cannot be honoured in the current state; the API answers it with ``status_code``."""
 
-    status_code = status.HTTP_400_BAD_REQUEST
+    status_code: int = status.HTTP_400_BAD_REQUEST
     code = "invalid"
 
-    def __init__(self, message: str, *, code: str | None = None, status_code: int | None = None,
-                 headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        status_code: int | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         if code is not None:
@@ -50,9 +60,7 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
     if response is None:
         return None
     if isinstance(exc, exceptions.ValidationError):
-        response.data = {
-            "error": {"code": "invalid", "message": _flatten(exc.detail), "fields": exc.detail}
-        }
+        response.data = {"error": {"code": "invalid", "message": _flatten(exc.detail), "fields": exc.detail}}
     elif isinstance(exc, exceptions.APIException):
         response.data = {"error": {"code": exc.default_code, "message": str(exc.detail)}}
     return response
@@ -60,7 +68,30 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
 
 def _flatten(detail: Any, prefix: str = "") -> str:
     if isinstance(detail, dict):
-        return "; ".join(_flatten(v, f"{prefix}{k}: " if k != "non_field_errors" else prefix) for k, v in detail.items())
+        return "; ".join(
+            _flatten(value, f"{prefix}{key}: " if key != "non_field_errors" else prefix)
+            for key, value in detail.items()
+        )
     if isinstance(detail, list):
-        return "; ".join(_flatten(v, prefix) for v in detail)
+        return "; ".join(_flatten(value, prefix) for value in detail)
     return f"{prefix}{detail}"
+
+
+ErrorOutSerializer = inline_serializer(
+    name="Error",
+    fields={
+        "error": inline_serializer(
+            name="ErrorDetail",
+            fields={
+                "code": serializers.CharField(),
+                "message": serializers.CharField(help_text="What is wrong, in words a person can act on."),
+                "fields": serializers.DictField(required=False, help_text="Per-field messages (validation errors)."),
+            },
+        )
+    },
+)
+
+
+def error_response(description: str) -> OpenApiResponse:
+    """An OpenAPI response entry for one of the API's 4xx answers."""
+    return OpenApiResponse(response=ErrorOutSerializer, description=description)

@@ -10,4 +10,6 @@ from django.conf import settings
 
 @lru_cache(maxsize=1)
 def get_redis() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL, decode_responses=True, health_check_interval=30)
+    return redis.Redis.from_url(
+        settings.REDIS_URL, decode_responses=True, health_check_interval=30, socket_connect_timeout=5
+    )

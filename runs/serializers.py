@@ -5,33 +5,7 @@ from typing import Any
 from django.urls import reverse
 from rest_framework import serializers
 
-from chats.serializers import StrictCharField
 from runs.models import Run
-
-
-class MessageCreateSerializer(serializers.Serializer[Any]):
-    content = StrictCharField(allow_blank=False, trim_whitespace=False)
-    max_tokens = serializers.IntegerField(required=False, min_value=1)
-    temperature = serializers.FloatField(required=False, min_value=0.0, max_value=2.0, default=0.7)
-    top_p = serializers.FloatField(required=False, min_value=0.01, max_value=1.0, default=1.0)
-
-    def __init__(self, *args: Any, max_content_chars: int, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.fields["content"].max_length = max_content_chars
-        self.fields["content"].validators.append(_max_length_validator(max_content_chars))
-
-    def validate_content(self, value: str) -> str:
-        if not value.strip():
-            raise serializers.ValidationError("must not be empty or only whitespace.")
-        return value
-
-
-def _max_length_validator(limit: int) -> Any:
-    def check(value: str) -> None:
-        if len(value) > limit:
-            raise serializers.ValidationError(f"is {len(value)} characters long; the limit is {limit}.")
-
-    return check
 
 
 class RunOutSerializer(serializers.ModelSerializer[Run]):
