@@ -1,5 +1,5 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from accounts.apis import TokenApi
@@ -21,4 +21,5 @@ urlpatterns = [
     path("api/runs/<int:run_id>/stream", run_stream, name="run-stream"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    path("", include("web.urls")),
 ]

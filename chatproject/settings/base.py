@@ -36,6 +36,7 @@ INSTALLED_APPS = [
     "chats",
     "runs",
     "inference_workers",
+    "web",
 ]
 
 MIDDLEWARE = [

@@ -1,0 +1,85 @@
+// Follows one run's SSE stream (`GET /api/runs/{id}/stream`).
+//
+// Events: delta {text}, status {status, queue_position?, estimated_wait_s?}, reset (drop the partial text:
+// generation restarted), done {message_id, finish_reason, usage, status}, error {code, message}. Every
+// event carries an integer `id:`. The browser's EventSource reconnects by itself after a dropped
+// connection, sending Last-Event-ID; when it gives up (readyState CLOSED, e.g. the server answered an
+// error status) we reconnect ourselves with `?lastEventId=` and a growing delay. Events at or below the
+// last id seen are ignored, so a replay never duplicates text.
+
+const EVENTS = ["delta", "status", "reset", "done"];
+
+export class RunStream {
+  constructor({ url, lastEventId = 0, onEvent, onConnection }) {
+    this.url = url;
+    this.lastEventId = lastEventId;
+    this.onEvent = onEvent;
+    this.onConnection = onConnection || (() => {});
+    this.source = null;
+    this.closed = false;
+    this.retryDelayMs = 500;
+    this.retryTimer = null;
+  }
+
+  start() {
+    this.closed = false;
+    this._connect();
+    return this;
+  }
+
+  close() {
+    this.closed = true;
+    clearTimeout(this.retryTimer);
+    if (this.source) this.source.close();
+    this.source = null;
+  }
+
+  _connect() {
+    if (this.closed) return;
+    const url = new URL(this.url, window.location.href);
+    if (this.lastEventId > 0) url.searchParams.set("lastEventId", String(this.lastEventId));
+    const source = new EventSource(url.toString(), { withCredentials: true });
+    this.source = source;
+    source.addEventListener("open", () => {
+      this.retryDelayMs = 500;
+      this.onConnection("open");
+    });
+    for (const name of EVENTS) source.addEventListener(name, (event) => this._handle(name, event));
+    // "error" is both the server's `event: error` (a MessageEvent with data) and a connection failure.
+    source.addEventListener("error", (event) => {
+      if (event.data !== undefined && event.data !== null && event.data !== "") {
+        this._handle("error", event);
+        return;
+      }
+      if (this.closed || source !== this.source) return;
+      if (source.readyState === EventSource.CLOSED) {
+        this.onConnection("retrying");
+        source.close();
+        clearTimeout(this.retryTimer);
+        this.retryTimer = setTimeout(() => this._connect(), this.retryDelayMs);
+        this.retryDelayMs = Math.min(this.retryDelayMs * 2, 10000);
+      } else {
+        this.onConnection("reconnecting");
+      }
+    });
+    // django-eventstream reports its own failures (bad channel, permissions) as `stream-error`.
+    // The app falls back to polling the run when that happens.
+    source.addEventListener("stream-error", (event) => this._handle("stream-error", event, { unnumbered: true }));
+  }
+
+  _handle(name, event, { unnumbered = false } = {}) {
+    if (this.closed) return;
+    const id = Number.parseInt(event.lastEventId, 10);
+    if (!unnumbered && Number.isFinite(id)) {
+      if (id <= this.lastEventId) return;
+      this.lastEventId = id;
+    }
+    let data = {};
+    try {
+      data = event.data ? JSON.parse(event.data) : {};
+    } catch {
+      data = {};
+    }
+    this.onEvent(name, data, this.lastEventId);
+  }
+}
