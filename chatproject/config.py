@@ -105,6 +105,31 @@ class ChatLimits:
     """Output tokens a run may produce when the prompt does not say (capped by the tier)."""
 
 
+@dataclass(frozen=True)
+class ContextConfig:
+    """Long conversations: prompt assembly within the context budget and the rolling summary."""
+
+    system_prompt: str
+    """First message of every prompt (the rolling summary is appended to it). Empty: the model's own default."""
+    summary_threshold_fraction: float
+    """A chat gets a summary once its verbatim turns (those after the summary) pass this fraction of its prompt
+    budget, ``min(tier.context_limit_tokens, max_model_len) - max_tokens``: smaller tiers are summarized sooner."""
+    summary_refresh_every_turns: int
+    """K: an existing summary is refreshed only after K more user turns (and past the threshold), so the prompt
+    prefix stays byte-identical between refreshes and vLLM's prefix cache keeps hitting."""
+    summary_keep_recent_fraction: float
+    """After a refresh, the newest turns up to this fraction of the budget stay verbatim (not summarized)."""
+    summary_max_tokens: int
+    """Longest summary the model may write, in tokens."""
+    summary_priority: int
+    """vLLM request priority of summary generation (lower is served first): above every tier's priority."""
+    summary_queue: str
+    """Celery queue of the summary task: the lowest-priority one the workers drain last."""
+    drop_step_turns: int
+    """When the verbatim turns overflow before a refresh, the oldest are dropped this many user turns at a time
+    (fixed cut points keep the prefix stable across the following turns)."""
+
+
 def engine_config_from_env() -> EngineConfig:
     return EngineConfig(
         backend=env.str("ENGINE_BACKEND", default="vllm"),
@@ -151,4 +176,19 @@ def worker_config_from_env() -> WorkerConfig:
         heartbeat_ttl_s=env.int("WORKER_HEARTBEAT_TTL_S", default=10),
         orphan_grace_s=env.float("WORKER_ORPHAN_GRACE_S", default=15.0),
         requeue_orphans=env.bool("WORKER_REQUEUE_ORPHANS", default=True),
+    )
+
+
+def context_config_from_env() -> ContextConfig:
+    return ContextConfig(
+        system_prompt=env.str(
+            "CHAT_SYSTEM_PROMPT", default="You are a helpful AI assistant. Answer clearly and concisely."
+        ),
+        summary_threshold_fraction=env.float("CHAT_SUMMARY_THRESHOLD_FRACTION", default=0.5),
+        summary_refresh_every_turns=env.int("CHAT_SUMMARY_REFRESH_EVERY_TURNS", default=8),
+        summary_keep_recent_fraction=env.float("CHAT_SUMMARY_KEEP_RECENT_FRACTION", default=0.2),
+        summary_max_tokens=env.int("CHAT_SUMMARY_MAX_TOKENS", default=160),
+        summary_priority=env.int("CHAT_SUMMARY_PRIORITY", default=100),
+        summary_queue=env.str("CHAT_SUMMARY_QUEUE", default="batch"),
+        drop_step_turns=env.int("CHAT_DROP_STEP_TURNS", default=4),
     )

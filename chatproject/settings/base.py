@@ -7,6 +7,7 @@ import django_stubs_ext
 from chatproject.config import (
     BASE_DIR,
     chat_limits_from_env,
+    context_config_from_env,
     engine_config_from_env,
     env,
     stream_config_from_env,
@@ -109,6 +110,7 @@ ENGINE = engine_config_from_env()
 STREAMS = stream_config_from_env()
 CHAT_LIMITS = chat_limits_from_env()
 WORKERS = worker_config_from_env()
+CONTEXT = context_config_from_env()
 
 LOGGING = {
     "version": 1,

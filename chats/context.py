@@ -1,0 +1,178 @@
+"""The prompt of one run: system prompt, rolling summary, recent turns verbatim, new message, within budget.
+
+``plan_prompt`` is the pure policy (no Django, no tokenizer: a token counter is passed in);
+``build_prompt_messages(run=...)`` loads a run's pieces and applies it with the serving model's tokenizer.
+
+Prefix stability: the verbatim part always starts right after ``chat.summary_through``; only when it no
+longer fits are the oldest turns dropped, and then in steps of several user turns (stateless: the cut points
+are fixed positions in the unsummarized history), so successive prompts keep sharing their whole prefix and
+vLLM's prefix cache keeps hitting until the next summary refresh.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from runs.models import Run
+
+ChatMessages = list[dict[str, str]]
+PromptTokenCounter = Callable[[ChatMessages], int]
+"""Tokens of the messages once rendered with the chat template (generation prompt included)."""
+
+SUMMARY_HEADING = "Summary of the earlier conversation:"
+
+
+class PromptTooLong(Exception):
+    """Even the system prompt and the new message alone exceed the budget."""
+
+    def __init__(self, *, tokens: int, budget: int) -> None:
+        super().__init__(f"the prompt needs {tokens} tokens but the budget is {budget}")
+        self.tokens = tokens
+        self.budget = budget
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One earlier message of the chat, not yet covered by the summary."""
+
+    role: str
+    content: str
+    tokens: int = 0
+    """The content's token count (from ``Message.token_count``; 0 when unknown)."""
+
+
+@dataclass(frozen=True)
+class PromptPlan:
+    messages: ChatMessages
+    prompt_tokens: int
+    """Rendered token count of ``messages`` (chat template and generation prompt included)."""
+    budget: int
+    kept_turns: int
+    """Unsummarized turns included verbatim (the newest ones)."""
+    dropped_turns: int
+    """Unsummarized turns left out because they did not fit (the summary is lagging behind)."""
+    summary_included: bool
+
+
+def prompt_budget(*, context_limit_tokens: int, max_model_len: int, max_tokens: int) -> int:
+    """Prompt tokens a run may use: the smaller of the tier's limit and the window, less its output."""
+    return min(context_limit_tokens, max_model_len) - max_tokens
+
+
+def system_content(*, system_prompt: str, summary: str) -> str:
+    parts = [system_prompt.strip()]
+    if summary.strip():
+        parts.append(f"{SUMMARY_HEADING}\n{summary.strip()}")
+    return "\n\n".join(p for p in parts if p)
+
+
+def _messages(system: str, turns: Sequence[Turn], new_message: str) -> ChatMessages:
+    messages: ChatMessages = [{"role": "system", "content": system}] if system else []
+    messages.extend({"role": t.role, "content": t.content} for t in turns)
+    messages.append({"role": "user", "content": new_message})
+    return messages
+
+
+def cut_points(turns: Sequence[Turn], *, drop_step: int) -> list[int]:
+    """Where the verbatim part may start: 0, then every ``drop_step``-th user turn, then "no turns".
+
+    The positions depend only on the unsummarized history, which only grows at its end, so the cut chosen
+    for one turn stays the cut for the following turns until it no longer fits.
+    """
+    user_starts = [i for i, t in enumerate(turns) if t.role == "user" and i > 0]
+    points = [0, *user_starts[drop_step - 1 :: max(1, drop_step)], len(turns)]
+    return sorted(set(points))
+
+
+def plan_prompt(
+    *,
+    system_prompt: str,
+    summary: str,
+    turns: Sequence[Turn],
+    new_message: str,
+    budget: int,
+    count_tokens: PromptTokenCounter,
+    drop_step: int = 1,
+) -> PromptPlan:
+    """Newest-kept verbatim turns after the summary, the whole rendered prompt within ``budget``.
+
+    Raises :class:`PromptTooLong` when not even the system prompt and ``new_message`` fit.
+    """
+    for summary_text in (summary, ""):
+        system = system_content(system_prompt=system_prompt, summary=summary_text)
+        points = cut_points(turns, drop_step=drop_step)
+        # Fewer turns never render longer: binary-search the earliest cut that fits.
+        lo, hi = 0, len(points) - 1
+        best: tuple[int, ChatMessages, int] | None = None
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            messages = _messages(system, turns[points[mid] :], new_message)
+            tokens = count_tokens(messages)
+            if tokens <= budget:
+                best = (points[mid], messages, tokens)
+                hi = mid - 1
+            else:
+                lo = mid + 1
+        if best is not None:
+            start, messages, tokens = best
+            return PromptPlan(
+                messages=messages,
+                prompt_tokens=tokens,
+                budget=budget,
+                kept_turns=len(turns) - start,
+                dropped_turns=start,
+                summary_included=bool(summary_text.strip()),
+            )
+        if not summary.strip():
+            break
+    alone = _messages(system_content(system_prompt=system_prompt, summary=""), [], new_message)
+    raise PromptTooLong(tokens=count_tokens(alone), budget=budget)
+
+
+def rendered_token_count(messages: ChatMessages) -> int:
+    """The serving model's count for ``messages`` rendered with its chat template."""
+    from inference_workers.tokenizer import apply_chat_template, get_tokenizer
+
+    return len(get_tokenizer().encode(apply_chat_template(messages), add_special_tokens=False))
+
+
+def plan_run_prompt(*, run: Run) -> PromptPlan:
+    """Loads the run's chat pieces and plans its prompt (see :func:`plan_prompt`)."""
+    from django.conf import settings
+
+    from chats.models import Message, MessageRole
+
+    chat = run.chat
+    config = settings.CONTEXT
+    history = Message.objects.filter(chat_id=run.chat_id, id__lt=run.user_message_id).exclude(role=MessageRole.SYSTEM)
+    summary = chat.summary
+    if chat.summary_through_id is not None and chat.summary_through_id < run.user_message_id:
+        history = history.filter(id__gt=chat.summary_through_id)
+    else:
+        summary = ""
+    turns = [
+        Turn(role=role, content=content, tokens=tokens)
+        for role, content, tokens in history.order_by("id").values_list("role", "content", "token_count")
+    ]
+    budget = prompt_budget(
+        context_limit_tokens=run.tier.context_limit_tokens,
+        max_model_len=settings.ENGINE.max_model_len,
+        max_tokens=run.max_tokens,
+    )
+    return plan_prompt(
+        system_prompt=config.system_prompt,
+        summary=summary,
+        turns=turns,
+        new_message=run.user_message.content,
+        budget=budget,
+        count_tokens=rendered_token_count,
+        drop_step=config.drop_step_turns,
+    )
+
+
+def build_prompt_messages(*, run: Run) -> ChatMessages:
+    """Role/content messages for the model's chat template: the run's prompt, within its budget."""
+    return plan_run_prompt(run=run).messages
