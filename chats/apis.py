@@ -15,6 +15,7 @@ from chatproject.exceptions import error_response
 from chatproject.pagination import MAX_LIMIT, keyset_paginate, parse_limit
 from chats import selectors, services
 from chats.serializers import (
+    ChatDetailOutSerializer,
     ChatInSerializer,
     ChatOutSerializer,
     ChatUpdateSerializer,
@@ -74,10 +75,14 @@ class ChatListCreateApi(APIView):
 
 
 class ChatDetailApi(APIView):
-    @extend_schema(operation_id="chats_retrieve", responses={200: ChatOutSerializer, **NOT_FOUND})
+    @extend_schema(
+        operation_id="chats_retrieve",
+        responses={200: ChatDetailOutSerializer, **NOT_FOUND},
+        description="The chat, with `active_run`: its queued or streaming run (null when none) to resume.",
+    )
     def get(self, request: Request, chat_id: int) -> Response:
         chat = selectors.chat_get(user=request_user(request), chat_id=chat_id)
-        return Response(ChatOutSerializer(chat).data)
+        return Response(ChatDetailOutSerializer(chat).data)
 
     @extend_schema(
         operation_id="chats_partial_update",

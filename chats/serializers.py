@@ -5,9 +5,12 @@ from __future__ import annotations
 from typing import Any, cast
 
 from django.conf import settings
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from chats.models import Chat, Message
+from runs import selectors as run_selectors
+from runs.serializers import RunOutSerializer
 
 
 class StrictCharField(serializers.CharField):
@@ -47,6 +50,20 @@ class ChatOutSerializer(serializers.ModelSerializer[Chat]):
     class Meta:
         model = Chat
         fields = ["id", "title", "created_at", "updated_at"]
+
+
+class ChatDetailOutSerializer(ChatOutSerializer):
+    """One chat with its unfinished run, if any: a client reloading the page resumes that run's stream."""
+
+    active_run = serializers.SerializerMethodField()
+
+    class Meta(ChatOutSerializer.Meta):
+        fields = [*ChatOutSerializer.Meta.fields, "active_run"]
+
+    @extend_schema_field(RunOutSerializer(allow_null=True))
+    def get_active_run(self, chat: Chat) -> dict[str, Any] | None:
+        run = run_selectors.run_active_for_chat(chat=chat)
+        return dict(RunOutSerializer(run).data) if run else None
 
 
 class ChatInSerializer(serializers.Serializer[Any]):

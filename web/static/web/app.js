@@ -181,7 +181,7 @@ function buildChatItem(chat) {
   const remove = document.createElement("button");
   remove.type = "button";
   remove.className = "icon-button chat-delete";
-  remove.textContent = "🗑";
+  remove.textContent = "✕";
   remove.addEventListener("click", () => confirmDelete(chat.id));
   const actions = document.createElement("div");
   actions.className = "chat-actions";

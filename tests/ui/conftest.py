@@ -1,0 +1,274 @@
+"""End-to-end browser fixtures: the real stack (uvicorn web process, Celery worker with the simulated engine)
+on the test database, driven by headless Chromium (Debian's ``chromium``) through Playwright.
+
+The processes start once per session; the tests are transactional so those processes see every row the
+test writes. Screenshots land in ``artifacts/screenshots/``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from accounts.models import User
+from tests.ui.helpers import sign_in
+
+ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOTS = ROOT / "artifacts" / "screenshots"
+LOGS = ROOT / "artifacts" / "ui-logs"
+CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+PORT_RANGE = range(int(os.environ.get("UI_TEST_PORT", "8160")), int(os.environ.get("UI_TEST_PORT", "8160")) + 10)
+
+# The simulated engine, slowed down so that text visibly grows for a few seconds.
+SIMULATED_ENGINE_ENV = {
+    "ENGINE_BACKEND": "simulated",
+    "SIM_STEP_BASE_S": os.environ.get("UI_SIM_STEP_BASE_S", "0.08"),
+    "SIM_STEP_PER_SEQ_S": "0.0",
+    "SIM_OUTPUT_TOKENS": os.environ.get("UI_SIM_OUTPUT_TOKENS", "80"),
+    "STREAM_FLUSH_INTERVAL_S": "0.05",
+    "STREAM_FLUSH_MAX_TOKENS": "2",
+}
+
+
+@dataclass
+class LiveStack:
+    base_url: str
+    processes: dict[str, subprocess.Popen[bytes]]
+
+    def url(self, path: str) -> str:
+        return self.base_url + path
+
+
+def _free_port() -> int:
+    for port in PORT_RANGE:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {PORT_RANGE}")
+
+
+def _database_url() -> str:
+    db = connection.settings_dict
+    user = quote(db["USER"] or "", safe="")
+    password = quote(db["PASSWORD"] or "", safe="")
+    return f"postgres://{user}:{password}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+def _stack_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
+    env.update(SIMULATED_ENGINE_ENV)
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "chatproject.settings.test",
+            "DATABASE_URL": _database_url(),
+            "REDIS_URL": settings.REDIS_URL,
+            "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    return env
+
+
+def _spawn(name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    LOGS.mkdir(parents=True, exist_ok=True)
+    log = (LOGS / f"{name}.log").open("wb")
+    # A process group of its own, so teardown stops exactly what this fixture started.
+    return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=5)
+
+
+def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"web process exited with {proc.returncode}; see {LOGS / 'web.log'}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.2)
+    raise RuntimeError(f"{url} did not answer within {timeout_s} s")
+
+
+def _worker_argv() -> list[str] | None:
+    """The worker command, once the worker app exists (see inference_workers)."""
+    try:
+        import inference_workers.tasks  # noqa: F401
+    except ImportError:
+        return None
+    return [
+        str(ROOT / ".venv" / "bin" / "celery"),
+        "-A",
+        "chatproject",
+        "worker",
+        "-P",
+        "threads",
+        "-c",
+        "4",
+        "-Q",
+        "pro,plus,free,batch",
+        "--prefetch-multiplier",
+        "1",
+        "--without-gossip",
+        "--without-mingle",
+        "-n",
+        f"ui-{os.getpid()}@%h",
+        "--loglevel",
+        "INFO",
+    ]
+
+
+@pytest.fixture(scope="session")
+def live_stack(django_db_setup: None, django_db_blocker: object) -> Iterator[LiveStack]:
+    env = _stack_env()
+    port = _free_port()
+    processes: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        processes["web"] = _spawn(
+            "web",
+            [
+                str(ROOT / ".venv" / "bin" / "uvicorn"),
+                "chatproject.asgi:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--log-level",
+                "warning",
+            ],
+            env,
+        )
+        worker = _worker_argv()
+        if worker:
+            processes["worker"] = _spawn("worker", worker, env)
+        base_url = f"http://127.0.0.1:{port}"
+        _wait_http(base_url + "/healthz", processes["web"])
+        yield LiveStack(base_url=base_url, processes=processes)
+    finally:
+        for proc in processes.values():
+            _stop(proc)
+
+
+@pytest.fixture(scope="session")
+def has_worker(live_stack: LiveStack) -> bool:
+    return "worker" in live_stack.processes
+
+
+@pytest.fixture
+def needs_worker(has_worker: bool) -> None:
+    if not has_worker:
+        pytest.skip("no Celery worker with the simulated engine in this checkout yet")
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[object]:
+    if not shutil.which(CHROMIUM) and not Path(CHROMIUM).exists():
+        pytest.fail(f"Chromium not found at {CHROMIUM}: run `bash scripts/browser.sh` (Debian package `chromium`).")
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API keeps an asyncio loop on this thread, which trips Django's async-safety check
+    # for the ORM calls the tests make between browser steps. Nothing here is concurrent: allow it.
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+    if previous is None:
+        os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+    else:
+        os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+@pytest.fixture
+def context(browser: object, live_stack: LiveStack) -> Iterator[object]:
+    ctx = browser.new_context(  # type: ignore[attr-defined]
+        base_url=live_stack.base_url, viewport={"width": 1280, "height": 800}, reduced_motion="reduce"
+    )
+    ctx.set_default_timeout(15_000)
+    yield ctx
+    ctx.close()
+
+
+@pytest.fixture
+def page(context: object, request: pytest.FixtureRequest) -> Iterator[object]:
+    """A page that records every JS dialog, console error and uncaught exception (the XSS tests need them)."""
+    pg = context.new_page()  # type: ignore[attr-defined]
+    pg.dialogs = []
+    pg.js_errors = []
+
+    def on_dialog(dialog: object) -> None:
+        pg.dialogs.append(dialog.message)  # type: ignore[attr-defined]
+        dialog.dismiss()  # type: ignore[attr-defined]
+
+    pg.on("dialog", on_dialog)
+    pg.on("pageerror", lambda exc: pg.js_errors.append(str(exc)))
+    yield pg
+    if getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed:
+        shoot(pg, f"{request.node.name}-FAILED")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.when == "call":
+        item.rep_call = report  # type: ignore[attr-defined]
+
+
+def shoot(page: object, name: str) -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=False)  # type: ignore[attr-defined]
+    return path
+
+
+@pytest.fixture
+def screenshot(request: pytest.FixtureRequest) -> Callable[[object, str], Path]:
+    def take(page: object, step: str) -> Path:
+        return shoot(page, f"{request.node.name}-{step}")
+
+    return take
+
+
+@pytest.fixture
+def login(context: object, live_stack: LiveStack) -> Callable[[User], None]:
+    """Signs the browser context in as ``user`` through a real session (skips typing the form)."""
+    return lambda user: sign_in(context, user, live_stack.base_url)

@@ -1,0 +1,236 @@
+"""Browser tests of the chat page that need no inference worker: login, sidebar, history, safety, layout."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+from playwright.sync_api import Page, expect
+
+from chats.models import Chat, Message, MessageRole
+from runs.models import Run
+from tests.factories import ChatFactory, MessageFactory, UserFactory
+from tests.ui.helpers import sign_in
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+XSS_SCRIPT = '<script>alert("xss-script")</script>'
+XSS_IMG = "<img src=x onerror=\"alert('xss-img')\">"
+
+
+def test_login_wrong_password_then_right_one_then_logout(page: Page, live_stack, screenshot) -> None:
+    user = UserFactory(username="alice")
+    page.goto("/")
+    expect(page).to_have_url(re.compile(r"/login/\?next=/$"))
+    page.get_by_label("Username").fill("alice")
+    page.get_by_label("Password").fill("wrong")
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("alert")).to_contain_text("did not match")
+    screenshot(page, "login-error")
+
+    page.get_by_label("Password").fill("pw")
+    page.get_by_label("Password").press("Enter")
+    expect(page).to_have_url(live_stack.url("/"))
+    expect(page.locator("#account-name")).to_have_text("alice")
+    expect(page.locator("#account-tier")).to_have_text(f"{user.tier.name} tier")
+    expect(page.get_by_role("textbox", name="Message")).to_be_focused()
+    screenshot(page, "signed-in")
+
+    page.get_by_role("button", name="Log out").click()
+    expect(page).to_have_url(re.compile(r"/login/$"))
+    page.goto("/")
+    expect(page).to_have_url(re.compile(r"/login/"))
+
+
+def test_sidebar_pages_through_all_chats_most_recent_first(page: Page, login, screenshot) -> None:
+    user = UserFactory()
+    now = timezone.now()
+    for i in range(45):
+        chat = ChatFactory(owner=user, title=f"Topic {i:02d}")
+        Chat.objects.filter(pk=chat.pk).update(updated_at=now - timedelta(minutes=i))
+    ChatFactory(title="someone else's chat")
+    login(user)
+    page.goto("/")
+    links = page.locator("#chat-list .chat-link")
+    expect(links.first).to_have_text("Topic 00")
+    # The first page is 20; scrolling the list to its end loads the rest through next_cursor.
+    for _ in range(10):
+        if links.count() == 45:
+            break
+        page.locator("#chat-list-sentinel").scroll_into_view_if_needed()
+        page.wait_for_timeout(300)
+    expect(links).to_have_count(45)
+    assert links.all_inner_texts() == [f"Topic {i:02d}" for i in range(45)]
+    screenshot(page, "sidebar")
+
+
+def test_rename_and_delete_chat_from_the_sidebar(page: Page, login) -> None:
+    user = UserFactory()
+    keep = ChatFactory(owner=user, title="keep me")
+    doomed = ChatFactory(owner=user, title="delete me")
+    login(user)
+    page.goto("/")
+
+    page.get_by_role("button", name="Rename chat “keep me”").click()
+    title_box = page.get_by_role("textbox", name=re.compile("New chat title"))
+    title_box.fill("renamed <b>chat</b>")
+    title_box.press("Enter")
+    expect(page.locator("#chat-list .chat-link", has_text="renamed")).to_have_text("renamed <b>chat</b>")
+    keep.refresh_from_db()
+    assert keep.title == "renamed <b>chat</b>"
+
+    page.get_by_role("button", name="Delete chat “delete me”").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text("delete me")
+    dialog.get_by_role("button", name="Delete").click()
+    expect(page.locator("#chat-list .chat-link", has_text="delete me")).to_have_count(0)
+    assert not Chat.objects.filter(pk=doomed.pk).exists()
+    assert Chat.objects.filter(pk=keep.pk).exists()
+
+
+def test_history_loads_older_messages_when_scrolled_up(page: Page, login, screenshot) -> None:
+    user = UserFactory()
+    chat = ChatFactory(owner=user, title="long chat")
+    start = timezone.now() - timedelta(hours=1)
+    for i in range(70):
+        msg = MessageFactory(
+            chat=chat, role=MessageRole.USER if i % 2 == 0 else MessageRole.ASSISTANT, content=f"line {i:02d}"
+        )
+        Message.objects.filter(pk=msg.pk).update(created_at=start + timedelta(seconds=i))
+    login(user)
+    page.goto(f"/c/{chat.pk}")
+    bodies = page.locator("#message-list .message-body")
+    expect(bodies.last).to_have_text("line 69")
+    assert bodies.count() < 70, "the whole history should not come in one page"
+    screenshot(page, "history-bottom")
+    for _ in range(10):
+        if bodies.count() == 70:
+            break
+        page.locator("#messages").evaluate("box => { box.scrollTop = 0; }")
+        page.wait_for_timeout(300)
+    expect(bodies).to_have_count(70)
+    assert bodies.all_inner_texts() == [f"line {i:02d}" for i in range(70)]
+    expect(page.locator("#messages-status")).to_have_text("Start of the conversation")
+
+
+def test_html_in_prompts_and_answers_is_shown_as_text(page: Page, login, screenshot) -> None:
+    """Nothing from users or the model runs: tags are shown literally, Markdown still renders."""
+    user = UserFactory()
+    chat = ChatFactory(owner=user, title="safety")
+    MessageFactory(chat=chat, role=MessageRole.USER, content="show me html")
+    answer = f"**bold** and `code`\n\n{XSS_IMG}\n\n[click](javascript:alert('xss-link'))\n\n```html\n{XSS_SCRIPT}\n```"
+    MessageFactory(chat=chat, role=MessageRole.ASSISTANT, content=answer)
+    login(user)
+    page.goto(f"/c/{chat.pk}")
+
+    assistant = page.locator(".message-assistant .message-body").last
+    expect(assistant.locator("strong")).to_have_text("bold")
+    expect(assistant.locator("pre code")).to_have_text(XSS_SCRIPT)
+    expect(assistant).to_contain_text(XSS_IMG)
+    expect(assistant).to_contain_text("[click](javascript:alert('xss-link'))")
+    assert assistant.locator("img, script, a[href^='javascript']").count() == 0
+
+    # Through the prompt box: the text reaches the server and comes back literally.
+    prompt = page.get_by_role("textbox", name="Message")
+    prompt.fill(f"{XSS_SCRIPT} {XSS_IMG}")
+    prompt.press("Enter")
+    user_bubble = page.locator(".message-user .message-body").last
+    expect(user_bubble).to_have_text(f"{XSS_SCRIPT} {XSS_IMG}")
+    page.reload()
+    expect(page.locator(".message-user .message-body").last).to_have_text(f"{XSS_SCRIPT} {XSS_IMG}")
+    assert page.locator("#message-list img, #message-list script").count() == 0
+    page.wait_for_timeout(500)
+    assert page.dialogs == []  # type: ignore[attr-defined]
+    assert page.js_errors == []  # type: ignore[attr-defined]
+    assert Message.objects.filter(chat=chat, content=f"{XSS_SCRIPT} {XSS_IMG}").count() == 1
+    screenshot(page, "inert-html")
+    Run.objects.filter(chat=chat).delete()
+
+
+def test_enter_sends_shift_enter_breaks_line(page: Page, login) -> None:
+    user = UserFactory()
+    login(user)
+    page.goto("/")
+    prompt = page.get_by_role("textbox", name="Message")
+    prompt.type("first line")
+    prompt.press("Shift+Enter")
+    prompt.type("second line")
+    expect(prompt).to_have_value("first line\nsecond line")
+    prompt.press("Enter")
+    expect(prompt).to_have_value("")
+    expect(page.locator(".message-user .message-body")).to_have_text("first line\nsecond line")
+    chat = Chat.objects.get(owner=user)
+    assert chat.title == "first line"
+    expect(page).to_have_url(re.compile(rf"/c/{chat.pk}$"))
+    expect(page.locator("#chat-list .chat-link").first).to_have_text("first line")
+    # One answer at a time per chat: the Stop button replaces Send while the run is unfinished.
+    expect(page.get_by_role("button", name="Stop")).to_be_visible()
+
+
+def test_busy_answer_shows_retry_countdown_and_retry_works(page: Page, login, screenshot) -> None:
+    """A 429 from admission: the prompt stays, the wait is shown, Retry sends it again."""
+    user = UserFactory()
+    chat = ChatFactory(owner=user, title="busy")
+    login(user)
+    refusals = {"left": 1}
+
+    def refuse_once(route) -> None:  # type: ignore[no-untyped-def]
+        if route.request.method == "POST" and refusals["left"] > 0:
+            refusals["left"] -= 1
+            route.fulfill(
+                status=429,
+                headers={"Retry-After": "2", "Content-Type": "application/json"},
+                body='{"error": {"code": "rate_limited", "message": "Too many requests right now."}}',
+            )
+        else:
+            route.continue_()
+
+    page.route(re.compile(r".*/api/chats/\d+/messages$"), refuse_once)
+    page.goto(f"/c/{chat.pk}")
+    prompt = page.get_by_role("textbox", name="Message")
+    prompt.fill("hello when you can")
+    prompt.press("Enter")
+    alert = page.locator("#alert")
+    expect(alert).to_contain_text("Too many requests right now.")
+    expect(alert).to_contain_text(re.compile(r"Retry in \d s"))
+    retry = page.locator("#alert-retry")
+    expect(retry).to_be_disabled()
+    expect(prompt).to_have_value("hello when you can")
+    screenshot(page, "busy")
+    expect(retry).to_be_enabled(timeout=5000)
+    retry.click()
+    expect(page.locator(".message-user .message-body")).to_have_text("hello when you can")
+    expect(alert).to_be_hidden()
+    assert Message.objects.filter(chat=chat, content="hello when you can").count() == 1
+
+
+def test_phone_layout_sidebar_is_a_drawer(browser, live_stack, login, screenshot) -> None:  # type: ignore[no-untyped-def]
+    user = UserFactory()
+    ChatFactory(owner=user, title="on the phone")
+    context = browser.new_context(
+        base_url=live_stack.base_url, viewport={"width": 390, "height": 844}, reduced_motion="reduce"
+    )
+    try:
+        sign_in(context, user, live_stack.base_url)
+        page = context.new_page()
+        page.goto("/")
+        chat_link = page.locator("#chat-list .chat-link", has_text="on the phone")
+        expect(chat_link).to_be_hidden()
+        toggle = page.get_by_role("button", name="Show chats")
+        expect(toggle).to_have_attribute("aria-expanded", "false")
+        screenshot(page, "phone-closed")
+        toggle.click()
+        expect(chat_link).to_be_visible()
+        expect(page.get_by_role("button", name="+ New chat")).to_be_focused()
+        expect(toggle).to_have_attribute("aria-expanded", "true")
+        screenshot(page, "phone-open")
+        page.keyboard.press("Escape")
+        expect(chat_link).to_be_hidden()
+        toggle.click()
+        chat_link.click()
+        expect(chat_link).to_be_hidden()
+        expect(page.locator("#chat-title")).to_have_text("on the phone")
+    finally:
+        context.close()
