@@ -11,7 +11,7 @@ from django.utils import timezone
 from accounts.models import User
 from chatproject.exceptions import ConflictError, DomainError
 from chats.models import Chat, Message, MessageRole
-from runs.handoff import run_submit
+from runs.handoff import run_signal_cancel, run_submit
 from runs.models import ACTIVE_STATUSES, FinishReason, Run, RunStatus
 
 
@@ -97,9 +97,138 @@ def run_cancel(*, run: Run) -> Run:
         elif locked.status == RunStatus.STREAMING:
             locked.status = RunStatus.CANCELLING
             locked.save(update_fields=["status"])
+            run_id = locked.pk
+            transaction.on_commit(lambda: run_signal_cancel(run_id=run_id))
     return locked
 
 
 def run_cancel_all_for_chat(*, chat: Chat) -> None:
     for run in Run.objects.filter(chat=chat, status__in=ACTIVE_STATUSES):
         run_cancel(run=run)
+
+# Worker-side transitions. Each locks the run row (``SELECT ... FOR UPDATE``) because a cancel, the reaper
+# and a redelivered copy of the same task can race the worker that owns the run.
+
+
+def run_mark_streaming(*, run_id: int, worker: str) -> tuple[Run, bool]:
+    """Claims a run for one generation attempt; returns the run and whether this call changed it.
+
+    Changed to ``streaming``: generate (``attempts`` counts this attempt). Changed to ``cancelled``: it was
+    being cancelled when its previous worker died. Changed to ``failed``: it reached
+    ``settings.WORKERS.max_attempts``. Unchanged: it was already terminal (a duplicate delivery).
+    """
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        now = timezone.now()
+        if run.is_terminal:
+            return run, False
+        if run.status == RunStatus.CANCELLING:
+            run.status = RunStatus.CANCELLED
+            run.finish_reason = FinishReason.CANCELLED
+            run.finished_at = now
+            run.save(update_fields=["status", "finish_reason", "finished_at"])
+            return run, True
+        if run.attempts >= settings.WORKERS.max_attempts:
+            run.status = RunStatus.FAILED
+            run.finish_reason = FinishReason.ERROR
+            run.error = f"Generation was started {run.attempts} times and never finished; giving up."
+            run.finished_at = now
+            run.save(update_fields=["status", "finish_reason", "error", "finished_at"])
+            return run, True
+        run.status = RunStatus.STREAMING
+        run.attempts += 1
+        run.worker = worker
+        run.started_at = now
+        run.first_token_at = None
+        run.save(update_fields=["status", "attempts", "worker", "started_at", "first_token_at"])
+        return run, True
+
+
+def run_mark_first_token(*, run_id: int, attempt: int) -> None:
+    Run.objects.filter(pk=run_id, attempts=attempt, first_token_at__isnull=True).update(first_token_at=timezone.now())
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    text: str
+    input_tokens: int
+    output_tokens: int
+    finish_reason: str
+    """The engine's reason: ``stop``, ``length`` or ``abort``."""
+
+
+def run_finish(*, run_id: int, attempt: int, result: GenerationResult) -> Run | None:
+    """Writes the assistant message, the counts and the final status in one transaction.
+
+    Returns None when this attempt no longer owns the run (a later attempt took over, or it was failed).
+    A run that was being cancelled (or whose request the engine aborted) ends ``cancelled`` and keeps the
+    partial text as its assistant message, if there is any.
+    """
+    with transaction.atomic():
+        run = Run.objects.select_for_update().select_related("chat").get(pk=run_id)
+        if run.status not in (RunStatus.STREAMING, RunStatus.CANCELLING) or run.attempts != attempt:
+            return None
+        now = timezone.now()
+        cancelled = run.status == RunStatus.CANCELLING or result.finish_reason == "abort"
+        if cancelled:
+            run.status = RunStatus.CANCELLED
+            run.finish_reason = FinishReason.CANCELLED
+        else:
+            run.status = RunStatus.DONE
+            run.finish_reason = FinishReason.LENGTH if result.finish_reason == "length" else FinishReason.STOP
+        if result.text or not cancelled:
+            run.assistant_message = Message.objects.create(
+                chat=run.chat, role=MessageRole.ASSISTANT, content=result.text, token_count=result.output_tokens
+            )
+        run.input_tokens = result.input_tokens
+        run.output_tokens = result.output_tokens
+        run.finished_at = now
+        run.save(
+            update_fields=[
+                "status",
+                "finish_reason",
+                "assistant_message",
+                "input_tokens",
+                "output_tokens",
+                "finished_at",
+            ]
+        )
+        Chat.objects.filter(pk=run.chat_id).update(updated_at=now, last_worker=run.worker)
+        return run
+
+
+def run_fail(*, run_id: int, error: str, attempt: int | None = None) -> Run | None:
+    """Ends a run ``failed`` with ``error``; None if it is already terminal or ``attempt`` no longer owns it."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        if run.is_terminal or (attempt is not None and run.attempts != attempt):
+            return None
+        run.status = RunStatus.FAILED
+        run.finish_reason = FinishReason.ERROR
+        run.error = error
+        run.finished_at = timezone.now()
+        run.save(update_fields=["status", "finish_reason", "error", "finished_at"])
+        return run
+
+
+def run_requeue_orphan(*, run_id: int, worker: str) -> Run | None:
+    """Puts a run whose worker vanished back in the queue (or ends it ``cancelled`` if it was cancelling).
+
+    ``worker`` is the owner the reaper saw; if the run has moved on since (another attempt, or terminal),
+    nothing changes and None is returned. A queued run is handed on again after commit.
+    """
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        if run.status not in (RunStatus.STREAMING, RunStatus.CANCELLING) or run.worker != worker:
+            return None
+        if run.status == RunStatus.CANCELLING:
+            run.status = RunStatus.CANCELLED
+            run.finish_reason = FinishReason.CANCELLED
+            run.finished_at = timezone.now()
+            run.save(update_fields=["status", "finish_reason", "finished_at"])
+            return run
+        run.status = RunStatus.QUEUED
+        run.worker = ""
+        run.save(update_fields=["status", "worker"])
+        transaction.on_commit(lambda: run_submit(run=run))
+        return run

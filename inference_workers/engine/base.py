@@ -1,0 +1,84 @@
+"""The interface every inference engine offers the worker: async generation of deltas, abort, statistics."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    request_id: str
+    prompt: str
+    max_tokens: int
+    temperature: float = 0.7
+    top_p: float = 1.0
+    priority: int = 0
+    """vLLM semantics: a lower value is served first (``scheduling_policy="priority"``)."""
+
+
+@dataclass(frozen=True)
+class GenerationDelta:
+    """New text since the previous delta of the same request (never the cumulative text)."""
+
+    text: str
+    new_tokens: int
+    prompt_tokens: int | None = None
+    """Set on the first delta: the prompt's length in tokens as the engine counted it."""
+    finish_reason: str | None = None
+    """``stop``, ``length`` or ``abort`` on the last delta; None before."""
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    running: int = 0
+    waiting: int = 0
+    kv_cache_usage: float = 0.0
+    """Fraction of the KV cache in use, 0..1."""
+    tpot_s: float | None = None
+    """Recent mean time per output token of running requests, seconds (None: no recent decode)."""
+    updated_at: float = field(default_factory=time.time)
+
+
+class InferenceEngine(Protocol):
+    model_name: str
+    model_version: str
+    max_num_seqs: int
+
+    async def start(self) -> None:
+        """Builds the engine; must be awaited on the loop that will drive it, before any ``generate``."""
+
+    def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationDelta]:
+        """Yields deltas until (and including) one with a ``finish_reason``."""
+
+    async def abort(self, request_id: str) -> None:
+        """Stops a request within one engine step; its stream ends with ``finish_reason="abort"``."""
+
+    def stats(self) -> EngineStats: ...
+
+    async def shutdown(self) -> None: ...
+
+
+class TpotWindow:
+    """Mean of the inter-token latencies seen in the last ``window_s`` seconds."""
+
+    def __init__(self, window_s: float = 5.0) -> None:
+        self.window_s = window_s
+        self._samples: list[tuple[float, float]] = []
+
+    def add(self, latency_s: float, now: float | None = None) -> None:
+        self._samples.append((now if now is not None else time.monotonic(), latency_s))
+
+    def mean(self, now: float | None = None) -> float | None:
+        now = now if now is not None else time.monotonic()
+        cutoff = now - self.window_s
+        self._samples = [s for s in self._samples if s[0] >= cutoff]
+        if not self._samples:
+            return None
+        return sum(latency for _, latency in self._samples) / len(self._samples)

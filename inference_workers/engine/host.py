@@ -1,0 +1,111 @@
+"""One engine per worker process, owned by a long-lived asyncio loop in a background thread.
+
+Celery task threads never run an event loop of their own: they submit coroutines to the host's loop with
+``asyncio.run_coroutine_threadsafe`` and read the deltas from a thread-safe queue, so every task thread
+feeds the same engine and concurrent runs share its continuous batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from collections.abc import Coroutine, Iterator
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+from chatproject.config import EngineConfig
+from inference_workers.engine import build_engine
+from inference_workers.engine.base import EngineStats, GenerationDelta, GenerationRequest, InferenceEngine
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_END = object()
+
+
+class EngineError(RuntimeError):
+    """The engine failed while generating (the run ends failed with this message)."""
+
+
+class EngineHost:
+    def __init__(self, config: EngineConfig, engine: InferenceEngine | None = None) -> None:
+        self.config = config
+        self.engine: InferenceEngine = engine or build_engine(config)
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._serve, name="engine-loop", daemon=True)
+        self._started = False
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def start(self, timeout: float | None = None) -> None:
+        """Starts the loop thread and builds the engine on it; blocks until the engine is ready."""
+        if self._started:
+            return
+        self._thread.start()
+        self.submit(self.engine.start()).result(timeout)
+        self._started = True
+        logger.info("engine ready: %s (%s slots)", self.engine.model_name, self.engine.max_num_seqs)
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def stream(self, request: GenerationRequest, *, poll_s: float | None = None) -> Iterator[GenerationDelta | None]:
+        """Deltas of one request for a synchronous caller; yields ``None`` whenever ``poll_s`` passes idle.
+
+        Raises :class:`EngineError` if the engine fails. Abandoning the iterator aborts the request.
+        """
+        out: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+        async def pump() -> None:
+            try:
+                async for delta in self.engine.generate(request):
+                    out.put(delta)
+            except asyncio.CancelledError:
+                out.put(EngineError("generation was cancelled"))
+                raise
+            except Exception as exc:  # any engine failure ends this run, not the worker
+                logger.exception("engine failed on request %s", request.request_id)
+                out.put(EngineError(f"{type(exc).__name__}: {exc}"))
+            finally:
+                out.put(_END)
+
+        future = self.submit(pump())
+        try:
+            while True:
+                try:
+                    item = out.get(timeout=poll_s)
+                except queue.Empty:
+                    yield None
+                    continue
+                if item is _END:
+                    return
+                if isinstance(item, EngineError):
+                    raise item
+                yield item
+        finally:
+            if not future.done():
+                # The caller stopped early (an exception in the task thread): free the engine slot.
+                self.abort(request.request_id)
+                future.cancel()
+
+    def abort(self, request_id: str) -> None:
+        """Thread-safe; returns at once (the abort lands within one engine step)."""
+        if self._started:
+            self.submit(self.engine.abort(request_id))
+
+    def stats(self) -> EngineStats:
+        return self.engine.stats()
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        if not self._started:
+            return
+        try:
+            self.submit(self.engine.shutdown()).result(timeout)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(timeout)
+            self._started = False

@@ -1,0 +1,134 @@
+"""The real engine: one vLLM V1 ``AsyncLLM`` with continuous batching, prefix caching and priority scheduling."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from chatproject.config import EngineConfig
+from inference_workers.engine.base import EngineStats, GenerationDelta, GenerationRequest, TpotWindow
+
+logger = logging.getLogger(__name__)
+
+
+def model_version(model_path: str) -> str:
+    """A short digest of the model folder's config (changes when other weights are prepared there)."""
+    config = Path(model_path) / "config.json"
+    if not config.is_file():
+        return "unknown"
+    return hashlib.sha256(config.read_bytes()).hexdigest()[:12]
+
+
+class _StatsSink:
+    """Receives vLLM's per-iteration statistics (through :func:`_make_stat_logger`)."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.waiting = 0
+        self.kv_cache_usage = 0.0
+        self.tpot = TpotWindow()
+
+    def snapshot(self) -> EngineStats:
+        return EngineStats(
+            running=self.running, waiting=self.waiting, kv_cache_usage=self.kv_cache_usage, tpot_s=self.tpot.mean()
+        )
+
+
+def _make_stat_logger(sink: _StatsSink) -> Any:
+    from vllm.v1.metrics.loggers import StatLoggerBase
+
+    class SinkStatLogger(StatLoggerBase):
+        def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
+            self.engine_index = engine_index
+
+        def record(
+            self,
+            scheduler_stats: Any,
+            iteration_stats: Any,
+            mm_cache_stats: Any = None,
+            engine_idx: int = 0,
+        ) -> None:
+            if scheduler_stats is not None:
+                sink.running = scheduler_stats.num_running_reqs
+                sink.waiting = scheduler_stats.num_waiting_reqs + scheduler_stats.num_skipped_waiting_reqs
+                sink.kv_cache_usage = scheduler_stats.kv_cache_usage
+            if iteration_stats is not None:
+                for latency in iteration_stats.inter_token_latencies_iter:
+                    sink.tpot.add(latency)
+
+        def log_engine_initialized(self) -> None:
+            pass
+
+    return SinkStatLogger
+
+
+class VllmEngine:
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.model_name = config.served_model_name
+        self.model_version = model_version(config.model_path)
+        self.max_num_seqs = config.max_num_seqs
+        self._sink = _StatsSink()
+        self._llm: Any = None
+
+    async def start(self) -> None:
+        # vLLM reads its CPU KV-cache size from the environment; this is the one place we set it.
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.config.kv_cache_space_gib))
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        cfg = self.config
+        args = AsyncEngineArgs(
+            model=cfg.model_path,
+            served_model_name=cfg.served_model_name,
+            dtype=cfg.dtype,  # type: ignore[arg-type]
+            max_num_seqs=cfg.max_num_seqs,
+            max_model_len=cfg.max_model_len,
+            enforce_eager=cfg.enforce_eager,
+            enable_prefix_caching=cfg.enable_prefix_caching,
+            scheduling_policy="priority",
+            gpu_memory_utilization=cfg.gpu_memory_utilization,
+            disable_log_stats=False,
+        )
+        logger.info("building vLLM engine: %s", json.dumps({"model": cfg.model_path, "dtype": cfg.dtype}))
+        self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[_make_stat_logger(self._sink)])
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationDelta]:
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        params = SamplingParams(
+            max_tokens=request.max_tokens,
+            temperature=request.temperature,
+            top_p=request.top_p,
+            output_kind=RequestOutputKind.DELTA,
+        )
+        first = True
+        async for output in self._llm.generate(request.prompt, params, request.request_id, priority=request.priority):
+            completion = output.outputs[0]
+            finish = completion.finish_reason if output.finished else None
+            if output.finished and finish is None:
+                finish = "abort"
+            yield GenerationDelta(
+                text=completion.text,
+                new_tokens=len(completion.token_ids),
+                prompt_tokens=len(output.prompt_token_ids or []) if first else None,
+                finish_reason=finish,
+            )
+            first = False
+
+    async def abort(self, request_id: str) -> None:
+        await self._llm.abort(request_id)
+
+    def stats(self) -> EngineStats:
+        return self._sink.snapshot()
+
+    async def shutdown(self) -> None:
+        if self._llm is not None:
+            self._llm.shutdown()
+            self._llm = None

@@ -1,0 +1,204 @@
+"""The per-process worker runtime: the engine host, the heartbeat thread and the cancel listener.
+
+Built once per worker process at worker start (see :mod:`inference_workers.signals`) before the worker
+consumes anything; Celery task threads reach it through :func:`get_runtime`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import redis
+from django.conf import settings
+
+from chatproject.config import EngineConfig, WorkerConfig
+from chatproject.redis_client import get_redis
+from inference_workers.engine.base import InferenceEngine
+from inference_workers.engine.host import EngineHost
+from inference_workers.heartbeats import WorkerHeartbeat, heartbeat_key, run_lease_key
+from runs.streams import cancel_channel, cancel_key
+
+logger = logging.getLogger(__name__)
+
+# Deletes the lease only if this worker still holds it (a later attempt elsewhere may have taken it).
+_RELEASE_LEASE = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
+return 0
+"""
+
+
+@dataclass
+class ActiveRun:
+    run_id: int
+    attempt: int
+    request_id: str
+    cancel_requested: threading.Event = field(default_factory=threading.Event)
+
+
+class WorkerRuntime:
+    def __init__(
+        self,
+        *,
+        worker_name: str,
+        engine_config: EngineConfig,
+        worker_config: WorkerConfig,
+        engine: InferenceEngine | None = None,
+        client: redis.Redis | None = None,
+    ) -> None:
+        self.worker_name = worker_name
+        self.lease_value = f"{worker_name}/{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.worker_config = worker_config
+        self.host = EngineHost(engine_config, engine)
+        self.client = client or get_redis()
+        self._active: dict[int, ActiveRun] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # lifecycle
+
+    def start(self) -> None:
+        self.host.start()
+        self.beat()
+        for target, name in ((self._heartbeat_loop, "worker-heartbeat"), (self._cancel_loop, "worker-cancel")):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=5)
+        self.client.delete(heartbeat_key(self.worker_name))
+        self.host.shutdown()
+
+    # runs
+
+    def claim(self, run_id: int) -> bool:
+        """Takes the run's lease; False when another live attempt holds it (a duplicate delivery)."""
+        return bool(
+            self.client.set(run_lease_key(run_id), self.lease_value, nx=True, ex=self.worker_config.heartbeat_ttl_s)
+        )
+
+    def release(self, run_id: int) -> None:
+        self.client.eval(_RELEASE_LEASE, 1, run_lease_key(run_id), self.lease_value)
+
+    def register(self, *, run_id: int, attempt: int) -> ActiveRun:
+        active = ActiveRun(run_id=run_id, attempt=attempt, request_id=f"run-{run_id}-{attempt}")
+        with self._lock:
+            self._active[run_id] = active
+        return active
+
+    def cancel_pending(self, run_id: int) -> bool:
+        """True if a cancel was signalled for the run (covers a signal sent before the listener saw it)."""
+        return bool(self.client.exists(cancel_key(run_id)))
+
+    def unregister(self, run_id: int) -> None:
+        with self._lock:
+            self._active.pop(run_id, None)
+
+    def request_cancel(self, run_id: int) -> bool:
+        """Aborts the run's engine request if this process is generating it."""
+        with self._lock:
+            active = self._active.get(run_id)
+        if active is None:
+            return False
+        active.cancel_requested.set()
+        self.host.abort(active.request_id)
+        logger.info("run %s: abort requested", run_id)
+        return True
+
+    def active_run_ids(self) -> list[int]:
+        with self._lock:
+            return list(self._active)
+
+    # background threads
+
+    def beat(self) -> None:
+        """Writes the heartbeat and refreshes the leases of the runs in progress."""
+        stats = self.host.stats()
+        engine = self.host.engine
+        ttl = self.worker_config.heartbeat_ttl_s
+        beat = WorkerHeartbeat(
+            worker=self.worker_name,
+            model=engine.model_name,
+            model_version=engine.model_version,
+            max_slots=engine.max_num_seqs,
+            running=stats.running,
+            waiting=stats.waiting,
+            kv_cache_usage=stats.kv_cache_usage,
+            tpot_s=stats.tpot_s,
+            active_runs=len(self.active_run_ids()),
+            updated_at=time.time(),
+        )
+        pipe = self.client.pipeline(transaction=False)
+        pipe.set(heartbeat_key(self.worker_name), beat.to_json(), ex=ttl)
+        for run_id in self.active_run_ids():
+            pipe.set(run_lease_key(run_id), self.lease_value, ex=ttl, xx=True)
+        pipe.execute()
+
+    def _heartbeat_loop(self) -> None:
+        interval = self.worker_config.heartbeat_interval_s
+        while not self._stop.wait(interval):
+            try:
+                self.beat()
+            except Exception:  # a Redis hiccup must not kill the heartbeat thread
+                logger.exception("heartbeat failed")
+
+    def _cancel_loop(self) -> None:
+        while not self._stop.is_set():
+            pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+            try:
+                pubsub.subscribe(cancel_channel())
+                # Signals sent while (re)subscribing are still seen through the cancel keys.
+                for run_id in self.active_run_ids():
+                    if self.cancel_pending(run_id):
+                        self.request_cancel(run_id)
+                while not self._stop.is_set():
+                    message = pubsub.get_message(timeout=0.5)
+                    if message and str(message.get("data", "")).isdigit():
+                        self.request_cancel(int(message["data"]))
+            except Exception:  # reconnect after Redis errors
+                logger.exception("cancel listener failed; resubscribing")
+                time.sleep(1)
+            finally:
+                pubsub.close()
+
+
+_runtime: WorkerRuntime | None = None
+_runtime_lock = threading.Lock()
+
+
+def start_runtime(*, worker_name: str, engine: InferenceEngine | None = None) -> WorkerRuntime:
+    """Builds this process's one engine and starts reporting; blocks until the engine is ready."""
+    global _runtime
+    with _runtime_lock:
+        if _runtime is None:
+            runtime = WorkerRuntime(
+                worker_name=worker_name,
+                engine_config=settings.ENGINE,
+                worker_config=settings.WORKERS,
+                engine=engine,
+            )
+            runtime.start()
+            _runtime = runtime
+        return _runtime
+
+
+def get_runtime() -> WorkerRuntime:
+    if _runtime is None:
+        raise RuntimeError("this process has no engine: generate() runs only inside a started worker")
+    return _runtime
+
+
+def stop_runtime() -> None:
+    global _runtime
+    with _runtime_lock:
+        if _runtime is not None:
+            _runtime.stop()
+            _runtime = None

@@ -1,0 +1,213 @@
+"""What a GPU worker does with a run: claim, generate, stream, finish; and the reaper for dead workers.
+
+Stream events written here (see ``runs.streams``): ``status`` {status, attempt, worker} when generation
+starts; ``reset`` {attempt} first when a previous attempt had written events (clients drop its text);
+``delta`` {text, tokens}; terminal ``done`` {message_id, finish_reason, usage, status} or ``error``
+{error, status}.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from inference_workers.engine.base import GenerationRequest
+from inference_workers.engine.host import EngineError
+from inference_workers.prompting import build_run_prompt
+from inference_workers.runtime import WorkerRuntime
+from inference_workers.selectors import run_lease_holder
+from runs.models import Run, RunStatus
+from runs.services import (
+    GenerationResult,
+    run_fail,
+    run_finish,
+    run_mark_first_token,
+    run_mark_streaming,
+    run_requeue_orphan,
+)
+from runs.streams import RunStreamWriter, StreamEvent, cancel_key
+
+logger = logging.getLogger(__name__)
+
+
+class DeltaCoalescer:
+    """Buffers deltas: the first text goes out at once, then every ``interval_s`` or ``max_tokens`` tokens."""
+
+    def __init__(self, writer: RunStreamWriter, *, interval_s: float, max_tokens: int) -> None:
+        self.writer = writer
+        self.interval_s = interval_s
+        self.max_tokens = max_tokens
+        self.parts: list[str] = []
+        self.text_parts: list[str] = []
+        self.buffered_tokens = 0
+        self.last_flush = 0.0
+        self.flushes = 0
+
+    @property
+    def text(self) -> str:
+        return "".join(self.text_parts)
+
+    def add(self, text: str, tokens: int) -> None:
+        if not text and not tokens:
+            return
+        self.parts.append(text)
+        self.text_parts.append(text)
+        self.buffered_tokens += tokens
+        if self.flushes == 0 or self.buffered_tokens >= self.max_tokens:
+            self.flush()
+        else:
+            self.flush_if_due()
+
+    def flush_if_due(self) -> None:
+        if self.parts and time.monotonic() - self.last_flush >= self.interval_s:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.parts:
+            return
+        text = "".join(self.parts)
+        if text:
+            self.writer.append(StreamEvent.DELTA, {"text": text, "tokens": self.buffered_tokens})
+            self.flushes += 1
+        self.parts.clear()
+        self.buffered_tokens = 0
+        self.last_flush = time.monotonic()
+
+
+def _done_payload(run: Run) -> dict[str, object]:
+    return {
+        "message_id": run.assistant_message_id,
+        "finish_reason": run.finish_reason,
+        "usage": {"input_tokens": run.input_tokens, "output_tokens": run.output_tokens},
+        "status": run.status,
+    }
+
+
+def generate_run(*, run_id: int, runtime: WorkerRuntime) -> RunStatus | None:
+    """Generates one run on this worker's engine; returns its final status (None: not ours to generate).
+
+    Safe to call again for the same run (a redelivered task): a run that another live attempt holds is
+    skipped, a run whose previous attempt died restarts with a ``reset`` event, and only the attempt that
+    still owns the run may write its assistant message.
+    """
+    if not runtime.claim(run_id):
+        logger.info("run %s: another attempt holds it; skipping this delivery", run_id)
+        return None
+    try:
+        return _generate_claimed(run_id=run_id, runtime=runtime)
+    finally:
+        runtime.release(run_id)
+
+
+def _generate_claimed(*, run_id: int, runtime: WorkerRuntime) -> RunStatus | None:
+    run, changed = run_mark_streaming(run_id=run_id, worker=runtime.worker_name)
+    if not changed:
+        return None
+    writer = RunStreamWriter(run_id)
+    if run.status == RunStatus.CANCELLED:
+        writer.append(StreamEvent.DONE, _done_payload(run))
+        return RunStatus.CANCELLED
+    if run.status == RunStatus.FAILED:
+        writer.append(StreamEvent.ERROR, {"error": run.error, "status": run.status})
+        return RunStatus.FAILED
+
+    attempt = run.attempts
+    if writer.seq > 0:
+        writer.append(StreamEvent.RESET, {"attempt": attempt})
+    writer.append(StreamEvent.STATUS, {"status": run.status, "attempt": attempt, "worker": runtime.worker_name})
+    active = runtime.register(run_id=run_id, attempt=attempt)
+    try:
+        try:
+            prompt = build_run_prompt(run=run)
+        except Exception as exc:  # a prompt we cannot build fails this run, not the worker
+            logger.exception("run %s: building the prompt failed", run_id)
+            return _fail(writer, run_id=run_id, attempt=attempt, error=f"Could not build the prompt: {exc}")
+        request = GenerationRequest(
+            request_id=active.request_id,
+            prompt=prompt,
+            max_tokens=run.max_tokens,
+            temperature=run.temperature,
+            top_p=run.top_p,
+            priority=run.priority,
+        )
+        streams = settings.STREAMS
+        coalescer = DeltaCoalescer(writer, interval_s=streams.flush_interval_s, max_tokens=streams.flush_max_tokens)
+        input_tokens = output_tokens = 0
+        finish_reason = "abort"
+        if runtime.cancel_pending(run_id):
+            runtime.request_cancel(run_id)
+        try:
+            for delta in runtime.host.stream(request, poll_s=streams.flush_interval_s):
+                if delta is None:
+                    coalescer.flush_if_due()
+                    continue
+                if delta.prompt_tokens is not None:
+                    input_tokens = delta.prompt_tokens
+                if output_tokens == 0 and delta.new_tokens:
+                    run_mark_first_token(run_id=run_id, attempt=attempt)
+                output_tokens += delta.new_tokens
+                coalescer.add(delta.text, delta.new_tokens)
+                if delta.finish_reason is not None:
+                    finish_reason = delta.finish_reason
+        except EngineError as exc:
+            coalescer.flush()
+            return _fail(writer, run_id=run_id, attempt=attempt, error=f"The engine failed: {exc}")
+        coalescer.flush()
+    finally:
+        runtime.unregister(run_id)
+
+    result = GenerationResult(
+        text=coalescer.text, input_tokens=input_tokens, output_tokens=output_tokens, finish_reason=finish_reason
+    )
+    finished = run_finish(run_id=run_id, attempt=attempt, result=result)
+    if finished is None:
+        logger.warning("run %s: attempt %s was superseded; its result is dropped", run_id, attempt)
+        return None
+    writer.append(StreamEvent.DONE, _done_payload(finished))
+    if finished.status == RunStatus.CANCELLED:
+        runtime.client.delete(cancel_key(run_id))
+    return RunStatus(finished.status)
+
+
+def _fail(writer: RunStreamWriter, *, run_id: int, attempt: int, error: str) -> RunStatus | None:
+    failed = run_fail(run_id=run_id, error=error, attempt=attempt)
+    if failed is None:
+        return None
+    writer.append(StreamEvent.ERROR, {"error": error, "status": failed.status})
+    return RunStatus.FAILED
+
+
+def reap_orphaned_runs() -> list[int]:
+    """Requeues (or fails, after ``max_attempts``) streaming runs whose worker no longer holds their lease.
+
+    A worker refreshes the lease of every run it generates with its heartbeat, so the lease vanishes
+    ``heartbeat_ttl_s`` after the worker dies. Runs younger than ``orphan_grace_s`` are left alone.
+    Callable from the dispatcher loop or ``manage.py reap_orphaned_runs``. Returns the run ids handled.
+    """
+    cfg = settings.WORKERS
+    cutoff = timezone.now() - timedelta(seconds=cfg.orphan_grace_s)
+    handled: list[int] = []
+    candidates = Run.objects.filter(
+        status__in=[RunStatus.STREAMING, RunStatus.CANCELLING], started_at__lt=cutoff
+    ).values_list("id", "worker", "attempts")
+    for run_id, worker, attempts in candidates:
+        if run_lease_holder(run_id=run_id) is not None:
+            continue
+        if not cfg.requeue_orphans or attempts >= cfg.max_attempts:
+            error = f"Worker {worker or '?'} stopped while generating this answer (attempt {attempts})."
+            failed = run_fail(run_id=run_id, error=error)
+            if failed is not None:
+                RunStreamWriter(run_id).append(StreamEvent.ERROR, {"error": error, "status": failed.status})
+                handled.append(run_id)
+            continue
+        requeued = run_requeue_orphan(run_id=run_id, worker=worker)
+        if requeued is not None:
+            if requeued.status == RunStatus.CANCELLED:
+                RunStreamWriter(run_id).append(StreamEvent.DONE, _done_payload(requeued))
+            logger.warning("run %s: worker %s vanished; %s", run_id, worker, requeued.status)
+            handled.append(run_id)
+    return handled

@@ -1,0 +1,34 @@
+"""Worker lifecycle: build the engine when a worker starts (before it consumes), tear it down at shutdown."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery.signals import worker_init, worker_shutdown
+from django.conf import settings
+
+logger = logging.getLogger(__name__)
+
+
+def _consumes_tier_queues(worker: Any) -> bool:
+    consumed = set(worker.app.amqp.queues.consume_from or worker.app.amqp.queues)
+    return bool(consumed & set(settings.CELERY_TASK_QUEUES_ORDER))
+
+
+@worker_init.connect(dispatch_uid="inference_workers.start_engine")
+def start_engine(sender: Any = None, **kwargs: Any) -> None:
+    """Runs in the worker's main process before the consumer starts, so no task waits for the engine."""
+    if sender is None or not _consumes_tier_queues(sender):
+        return
+    from inference_workers.runtime import start_runtime
+
+    logger.info("worker %s: building the %s engine", sender.hostname, settings.ENGINE.backend)
+    start_runtime(worker_name=sender.hostname)
+
+
+@worker_shutdown.connect(dispatch_uid="inference_workers.stop_engine")
+def stop_engine(sender: Any = None, **kwargs: Any) -> None:
+    from inference_workers.runtime import stop_runtime
+
+    stop_runtime()

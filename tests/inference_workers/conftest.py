@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from django.conf import settings
+
+from chatproject.config import EngineConfig
+from inference_workers.engine.simulated import SimulatedEngine
+from inference_workers.runtime import WorkerRuntime
+from runs.models import Run
+from runs.streams import StreamEntry, StreamEvent, read_after
+
+
+def fast_sim_config(**overrides: object) -> EngineConfig:
+    """The simulated engine with steps short enough for unit tests."""
+    fields: dict[str, object] = {
+        "backend": "simulated",
+        "max_num_seqs": 4,
+        "sim_step_base_s": 0.005,
+        "sim_step_per_seq_s": 0.001,
+        "sim_prefill_per_token_s": 0.0,
+        "sim_output_tokens": 12,
+    }
+    fields.update(overrides)
+    return dataclasses.replace(settings.ENGINE, **fields)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def sim_runtime() -> Iterator[WorkerRuntime]:
+    """A worker runtime in this process on the simulated engine (what a Celery worker process holds)."""
+    config = fast_sim_config()
+    runtime = WorkerRuntime(
+        worker_name="sim@test", engine_config=config, worker_config=settings.WORKERS, engine=SimulatedEngine(config)
+    )
+    runtime.start()
+    yield runtime
+    runtime.stop()
+
+
+def wait_for(predicate: Callable[[], bool], *, timeout: float, interval: float = 0.05, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def wait_terminal(run: Run, *, timeout: float) -> Run:
+    wait_for(lambda: Run.objects.get(pk=run.pk).is_terminal, timeout=timeout, interval=0.1, what=f"run {run.pk}")
+    return Run.objects.select_related("assistant_message").get(pk=run.pk)
+
+
+def text_after_last_reset(entries: list[StreamEntry]) -> str:
+    """What an SSE client shows: the deltas since the last ``reset``."""
+    text: list[str] = []
+    for entry in entries:
+        if entry.event == StreamEvent.RESET:
+            text.clear()
+        elif entry.event == StreamEvent.DELTA:
+            text.append(entry.data["text"])
+    return "".join(text)
+
+
+def stream_of(run: Run) -> list[StreamEntry]:
+    return read_after(run.pk, 0)

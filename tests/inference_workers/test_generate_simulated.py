@@ -1,0 +1,193 @@
+"""The worker's generate path on the simulated engine: streaming, finishing, cancel, redelivery, failures."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any, cast
+
+import pytest
+from django.conf import settings
+
+from chats.models import Message, MessageRole
+from inference_workers.engine.base import GenerationRequest
+from inference_workers.engine.simulated import SimulatedEngine
+from inference_workers.runtime import WorkerRuntime
+from inference_workers.selectors import worker_heartbeats
+from inference_workers.services import DeltaCoalescer, generate_run
+from runs.models import FinishReason, Run, RunStatus
+from runs.services import run_cancel
+from runs.streams import RunStreamWriter, StreamEvent
+from tests.factories import RunFactory
+from tests.inference_workers.conftest import stream_of, text_after_last_reset, wait_for
+
+pytestmark = pytest.mark.django_db
+
+
+def test_run_streams_deltas_and_ends_done_with_one_assistant_message(sim_runtime: WorkerRuntime) -> None:
+    run = RunFactory(max_tokens=64, priority=2)
+
+    assert generate_run(run_id=run.pk, runtime=sim_runtime) == RunStatus.DONE
+
+    run.refresh_from_db()
+    assert run.status == RunStatus.DONE
+    assert run.finish_reason == FinishReason.STOP
+    assert run.attempts == 1 and run.worker == "sim@test"
+    assert run.started_at and run.first_token_at and run.finished_at
+    assert run.output_tokens == 12 and run.input_tokens > 0
+    assert run.assistant_message is not None
+    assert run.assistant_message.role == MessageRole.ASSISTANT
+    entries = stream_of(run)
+    assert [e.seq for e in entries] == list(range(1, len(entries) + 1))
+    assert entries[0].event == StreamEvent.STATUS
+    assert run.assistant_message.content == text_after_last_reset(entries) != ""
+    assert entries[-1].event == StreamEvent.DONE
+    assert entries[-1].data == {
+        "message_id": run.assistant_message.pk,
+        "finish_reason": "stop",
+        "usage": {"input_tokens": run.input_tokens, "output_tokens": 12},
+        "status": "done",
+    }
+    assert sum(e.data["tokens"] for e in entries if e.event == StreamEvent.DELTA) == 12
+
+
+def test_max_tokens_ends_with_length(sim_runtime: WorkerRuntime) -> None:
+    run = RunFactory(max_tokens=5)
+    generate_run(run_id=run.pk, runtime=sim_runtime)
+    run.refresh_from_db()
+    assert (run.status, run.finish_reason, run.output_tokens) == (RunStatus.DONE, FinishReason.LENGTH, 5)
+
+
+def test_duplicate_delivery_of_a_finished_run_changes_nothing(sim_runtime: WorkerRuntime) -> None:
+    run = RunFactory()
+    generate_run(run_id=run.pk, runtime=sim_runtime)
+    events_before = len(stream_of(run))
+
+    assert generate_run(run_id=run.pk, runtime=sim_runtime) is None
+
+    assert Message.objects.filter(chat=run.chat, role=MessageRole.ASSISTANT).count() == 1
+    assert len(stream_of(run)) == events_before
+    assert Run.objects.get(pk=run.pk).attempts == 1
+
+
+def test_redelivered_run_restarts_with_reset_and_no_duplicate_message(sim_runtime: WorkerRuntime) -> None:
+    # The first attempt's worker died mid-stream: the run is streaming and its stream holds partial deltas.
+    run = RunFactory(status=RunStatus.STREAMING, attempts=1, worker="dead@host")
+    writer = RunStreamWriter(run.pk)
+    writer.append(StreamEvent.STATUS, {"status": "streaming", "attempt": 1})
+    writer.append(StreamEvent.DELTA, {"text": "half an ans", "tokens": 3})
+
+    assert generate_run(run_id=run.pk, runtime=sim_runtime) == RunStatus.DONE
+
+    run.refresh_from_db()
+    assert run.attempts == 2 and run.worker == "sim@test"
+    entries = stream_of(run)
+    assert [e.event for e in entries[:4]] == [
+        StreamEvent.STATUS,
+        StreamEvent.DELTA,
+        StreamEvent.RESET,
+        StreamEvent.STATUS,
+    ]
+    assert entries[2].data == {"attempt": 2}
+    assert [e.seq for e in entries] == list(range(1, len(entries) + 1))
+    assert Message.objects.filter(chat=run.chat, role=MessageRole.ASSISTANT).count() == 1
+    assert run.assistant_message is not None
+    assert run.assistant_message.content == text_after_last_reset(entries)
+    assert "half an ans" not in run.assistant_message.content
+
+
+def test_run_held_by_a_live_attempt_is_skipped(sim_runtime: WorkerRuntime, clean_redis: Any) -> None:
+    run = RunFactory(status=RunStatus.STREAMING, attempts=1, worker="other@host")
+    clean_redis.set(f"run:{run.pk}:lease", "other@host/1", ex=30)
+
+    assert generate_run(run_id=run.pk, runtime=sim_runtime) is None
+
+    run.refresh_from_db()
+    assert (run.status, run.attempts, run.worker) == (RunStatus.STREAMING, 1, "other@host")
+    assert stream_of(run) == []
+
+
+def test_run_fails_after_max_attempts(sim_runtime: WorkerRuntime) -> None:
+    run = RunFactory(status=RunStatus.STREAMING, attempts=settings.WORKERS.max_attempts)
+
+    assert generate_run(run_id=run.pk, runtime=sim_runtime) == RunStatus.FAILED
+
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED and run.finish_reason == FinishReason.ERROR
+    assert "giving up" in run.error
+    assert stream_of(run)[-1].event == StreamEvent.ERROR
+    assert not Message.objects.filter(chat=run.chat, role=MessageRole.ASSISTANT).exists()
+
+
+def test_engine_error_fails_the_run_with_the_error(sim_runtime: WorkerRuntime, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def broken(request: GenerationRequest) -> Any:
+        raise RuntimeError("CUDA out of memory (simulated)")
+        yield  # pragma: no cover - makes this an async generator
+
+    monkeypatch.setattr(sim_runtime.host.engine, "generate", broken)
+    run = RunFactory()
+
+    assert generate_run(run_id=run.pk, runtime=sim_runtime) == RunStatus.FAILED
+
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+    assert "CUDA out of memory (simulated)" in run.error
+    last = stream_of(run)[-1]
+    assert last.event == StreamEvent.ERROR and "CUDA out of memory" in last.data["error"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cancel_mid_stream_keeps_partial_text_and_frees_the_slot(sim_runtime: WorkerRuntime) -> None:
+    engine = cast(SimulatedEngine, sim_runtime.host.engine)
+    engine.config = dataclasses.replace(engine.config, sim_output_tokens=400, sim_step_base_s=0.02)
+    run = RunFactory(max_tokens=400)
+    outcome: list[RunStatus | None] = []
+    thread = threading.Thread(target=lambda: outcome.append(generate_run(run_id=run.pk, runtime=sim_runtime)))
+    thread.start()
+    wait_for(lambda: any(e.event == StreamEvent.DELTA for e in stream_of(run)), timeout=10, what="first delta")
+
+    run_cancel(run=Run.objects.get(pk=run.pk))  # streaming -> cancelling, signal on commit
+    thread.join(timeout=10)
+
+    assert outcome == [RunStatus.CANCELLED]
+    run = Run.objects.select_related("assistant_message").get(pk=run.pk)
+    assert run.status == RunStatus.CANCELLED and run.finish_reason == FinishReason.CANCELLED
+    assert 0 < run.output_tokens < 400
+    assert run.assistant_message is not None
+    entries = stream_of(run)
+    assert run.assistant_message.content == text_after_last_reset(entries) != ""
+    assert entries[-1].event == StreamEvent.DONE and entries[-1].data["status"] == "cancelled"
+    assert sim_runtime.host.stats().running == 0 and sim_runtime.active_run_ids() == []
+
+
+def test_heartbeat_reports_engine_stats(sim_runtime: WorkerRuntime) -> None:
+    sim_runtime.beat()
+    [beat] = worker_heartbeats()
+    assert beat.worker == "sim@test" and beat.model == settings.ENGINE.served_model_name
+    assert beat.max_slots == 4 and beat.running == 0 and beat.waiting == 0
+    assert beat.age_s() < 5
+
+
+class _ListWriter:
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+
+    def append(self, event: StreamEvent, data: dict[str, Any]) -> int:
+        self.events.append(data)
+        return len(self.events)
+
+
+def test_coalescer_sends_first_token_at_once_then_batches() -> None:
+    writer = _ListWriter()
+    coalescer = DeltaCoalescer(writer, interval_s=60.0, max_tokens=4)  # type: ignore[arg-type]
+    coalescer.add("A", 1)
+    assert writer.events == [{"text": "A", "tokens": 1}]
+    for piece in ("b", "c", "d"):
+        coalescer.add(piece, 1)
+    assert len(writer.events) == 1  # buffered: neither 4 tokens nor the interval yet
+    coalescer.add("e", 1)
+    assert writer.events[-1] == {"text": "bcde", "tokens": 4}
+    coalescer.add("f", 1)
+    coalescer.flush()
+    assert writer.events[-1] == {"text": "f", "tokens": 1}
+    assert coalescer.text == "Abcdef"
