@@ -77,6 +77,11 @@ class StreamConfig:
     """TTL of a run's stream after its terminal event; after that the SSE endpoint replays from Postgres."""
     keepalive_s: float
     """Seconds between SSE keep-alive comments on idle streams."""
+    event_budget_per_s: float
+    """Adaptive coalescing: stream events per second the web tier should relay in total; the flush interval
+    grows with the number of active streams to stay near it (raise it with the number of web processes)."""
+    status_poll_s: float
+    """SSE: how often a stream with nothing new in Redis (a queued run) re-reads the run's status from Postgres."""
 
 
 @dataclass(frozen=True)
@@ -159,6 +164,8 @@ def stream_config_from_env() -> StreamConfig:
         live_ttl_s=env.int("STREAM_LIVE_TTL_S", default=3600),
         done_ttl_s=env.int("STREAM_DONE_TTL_S", default=600),
         keepalive_s=env.float("STREAM_KEEPALIVE_S", default=15.0),
+        event_budget_per_s=env.float("STREAM_EVENT_BUDGET_PER_S", default=4000.0),
+        status_poll_s=env.float("STREAM_STATUS_POLL_S", default=1.0),
     )
 
 

@@ -9,14 +9,19 @@ ids with ``int()``). Every entry has two fields: ``event`` (one of :class:`Strea
 from __future__ import annotations
 
 import json
+import threading
+import time
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 from django.conf import settings
 
 from chatproject.redis_client import get_redis
+
+if TYPE_CHECKING:
+    from runs.models import Run
 
 
 class StreamEvent(StrEnum):
@@ -32,6 +37,17 @@ TERMINAL_EVENTS = frozenset({StreamEvent.DONE, StreamEvent.ERROR})
 
 def stream_key(run_id: int) -> str:
     return f"run:{run_id}:events"
+
+
+def active_streams_key() -> str:
+    """Sorted set of the runs being written now (member: run id, score: last refresh, unix seconds)."""
+    return "streams:active"
+
+
+# A writer refreshes its run's entry in the active set this often; entries older than the stale age are
+# dropped, so a crashed worker's runs stop counting as load within a minute.
+ACTIVE_REFRESH_S = 10.0
+ACTIVE_STALE_S = 60.0
 
 
 def cancel_key(run_id: int) -> str:
@@ -85,11 +101,17 @@ class RunStreamWriter:
         self.client = client or get_redis()
         self.seq = last_seq(run_id, client=self.client)
         self._expiry_set = False
+        self._active_refreshed_at = 0.0
 
     def append(self, event: StreamEvent, data: dict[str, Any]) -> int:
+        """One ``XADD``; the first and the terminal append also set the TTL and the run's entry in the active
+        set (load for :func:`current_flush_interval`), in the same round trip; a refresh every ~10 s."""
         self.seq += 1
         cfg = settings.STREAMS
-        if self._expiry_set and event not in TERMINAL_EVENTS:
+        terminal = event in TERMINAL_EVENTS
+        now = time.time()
+        refresh_active = now - self._active_refreshed_at >= ACTIVE_REFRESH_S
+        if self._expiry_set and not terminal and not refresh_active:
             self.client.xadd(
                 self.key,
                 {"event": event.value, "data": json.dumps(data)},
@@ -106,7 +128,89 @@ class RunStreamWriter:
             maxlen=cfg.maxlen,
             approximate=True,
         )
-        pipe.expire(self.key, cfg.done_ttl_s if event in TERMINAL_EVENTS else cfg.live_ttl_s)
+        if terminal or not self._expiry_set:
+            pipe.expire(self.key, cfg.done_ttl_s if terminal else cfg.live_ttl_s)
+        if terminal:
+            pipe.zrem(active_streams_key(), str(self.run_id))
+        else:
+            pipe.zadd(active_streams_key(), {str(self.run_id): now})
+            self._active_refreshed_at = now
         pipe.execute()
         self._expiry_set = True
         return self.seq
+
+
+def flush_interval_for(active_streams: int) -> float:
+    """The coalescing interval for each stream while ``active_streams`` runs are being written at once.
+
+    The web tier relays about ``active / interval`` events per second in total; the interval grows linearly
+    with the number of active streams so that total stays near ``settings.STREAMS.event_budget_per_s``,
+    between ``flush_interval_s`` (a lone stream: every 50 ms, and its first token goes at once anyway) and
+    ``max_flush_interval_s``. Example with the defaults (budget 4000/s): 1-200 streams: 50 ms; 1000: 250 ms;
+    2000 and more: 500 ms (at 20 tokens/s that is ~10 tokens per event).
+    """
+    cfg = settings.STREAMS
+    wanted = max(active_streams, 0) / cfg.event_budget_per_s
+    return min(max(wanted, cfg.flush_interval_s), cfg.max_flush_interval_s)
+
+
+def count_active_streams(*, client: redis.Redis | None = None) -> int:
+    """Runs written within the last minute, crashed writers' leftovers pruned (two commands, one round trip)."""
+    client = client or get_redis()
+    pipe = client.pipeline(transaction=False)
+    pipe.zremrangebyscore(active_streams_key(), "-inf", time.time() - ACTIVE_STALE_S)
+    pipe.zcard(active_streams_key())
+    return int(pipe.execute()[1])
+
+
+class _FlushIntervalCache:
+    """Per-process cache so asking for the interval costs Redis at most one round trip a second."""
+
+    def __init__(self, max_age_s: float = 1.0) -> None:
+        self.max_age_s = max_age_s
+        self._lock = threading.Lock()
+        self._value: float | None = None
+        self._at = 0.0
+
+    def get(self, client: redis.Redis | None = None) -> float:
+        now = time.monotonic()
+        with self._lock:
+            if self._value is not None and now - self._at < self.max_age_s:
+                return self._value
+            self._at = now  # other threads keep the old value while this one refreshes
+        try:
+            value = flush_interval_for(count_active_streams(client=client))
+        except redis.RedisError:
+            value = self._value if self._value is not None else settings.STREAMS.flush_interval_s
+        with self._lock:
+            self._value = value
+        return value
+
+
+_flush_interval_cache = _FlushIntervalCache()
+
+
+def current_flush_interval(*, client: redis.Redis | None = None) -> float:
+    """What a worker's coalescer should use now as its flush interval (cached ~1 s; thread-safe).
+
+    Call it at each flush decision: ``flush when buffered_tokens >= flush_max_tokens or
+    now - last_flush >= current_flush_interval()`` (and flush the first token at once).
+    """
+    return _flush_interval_cache.get(client)
+
+
+def run_terminal_event(run: Run) -> tuple[StreamEvent, dict[str, Any]]:
+    """The terminal event that describes a finished run, as the worker writes it and as the SSE endpoint
+    rebuilds it from Postgres once the stream has expired: ``error`` for a failed run, else ``done``."""
+    if run.status == "failed":
+        return StreamEvent.ERROR, {"code": "generation_failed", "message": run.error or "Generation failed."}
+    return StreamEvent.DONE, {
+        "message_id": run.assistant_message_id,
+        "finish_reason": run.finish_reason,
+        "status": run.status,
+        "usage": {
+            "input_tokens": run.input_tokens,
+            "output_tokens": run.output_tokens,
+            "total_tokens": run.input_tokens + run.output_tokens,
+        },
+    }

@@ -1,0 +1,266 @@
+"""A run's events as an SSE stream: replay after ``Last-Event-ID``, then live through the process's relay.
+
+Wire protocol (django-eventstream's SSE framing, one channel per run, so ids are the plain sequence numbers
+of the run's Redis Stream): ``event: delta|status|reset|done|error``, ``id: N``, ``data: {json}``. The
+stream ends after ``done`` or ``error``. A client rebuilds the text as: ``reset`` empties it, ``delta``
+appends ``text``. Keep-alive comments (``: keep-alive``) fill silences.
+
+Where the Redis Stream has expired (or was trimmed), the final state comes from Postgres: ``reset`` (only
+if the client had events), the whole assistant message as one ``delta``, then the terminal event; their
+ids continue after the client's. ``status`` events built from Postgres (a queued run, before the worker
+writes anything) carry no id, so they never move the client's resume point.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import close_old_connections
+from django_eventstream.event import Event
+from django_eventstream.storage import StorageBase
+from django_eventstream.utils import sse_encode_event
+
+from runs.models import TERMINAL_STATUSES, Run
+from runs.relay import StreamRelay, get_relay, is_terminal
+from runs.streams import StreamEntry, StreamEvent, read_after, run_terminal_event, stream_key
+
+logger = logging.getLogger(__name__)
+
+KEEPALIVE = ": keep-alive\n\n"
+
+
+def encode(event: str, data: dict[str, Any], seq: int | None) -> str:
+    return sse_encode_event(event, json.dumps(data, separators=(",", ":")), event_id=seq)
+
+
+def coalesce(entries: Iterable[StreamEntry]) -> list[StreamEntry]:
+    """Merges runs of consecutive deltas into one (carrying the last one's id): a client that fell behind
+    gets fewer, larger events, and resuming from that id is still exact."""
+    out: list[StreamEntry] = []
+    for entry in entries:
+        prev = out[-1] if out else None
+        if prev is not None and prev.event == StreamEvent.DELTA and entry.event == StreamEvent.DELTA:
+            text = prev.data.get("text", "") + entry.data.get("text", "")
+            out[-1] = StreamEntry(seq=entry.seq, event=StreamEvent.DELTA, data={**entry.data, "text": text})
+        else:
+            out.append(entry)
+    return out
+
+
+def final_state_entries(run: Run, *, after_seq: int) -> list[StreamEntry]:
+    """The finished run as stream entries rebuilt from Postgres, numbered after ``after_seq``."""
+    entries: list[StreamEntry] = []
+    seq = after_seq
+    if after_seq > 0:
+        seq += 1
+        entries.append(StreamEntry(seq=seq, event=StreamEvent.RESET, data={}))
+    message = run.assistant_message
+    if message is not None and message.content:
+        seq += 1
+        entries.append(StreamEntry(seq=seq, event=StreamEvent.DELTA, data={"text": message.content}))
+    event, data = run_terminal_event(run)
+    entries.append(StreamEntry(seq=seq + 1, event=event, data=data))
+    return entries
+
+
+def _load_finished_run(run_id: int) -> Run | None:
+    return Run.objects.select_related("assistant_message").filter(pk=run_id).first()
+
+
+def _load_statuses(run_ids: list[int]) -> dict[int, str]:
+    close_old_connections()
+    return dict(Run.objects.filter(pk__in=run_ids).values_list("pk", "status"))
+
+
+class RunStatusReader:
+    """Batches the Postgres status reads of every idle stream in the process into one query."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[int, list[asyncio.Future[str | None]]] = {}
+        self._flusher: asyncio.Task[None] | None = None
+
+    async def status(self, run_id: int) -> str | None:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[str | None] = loop.create_future()
+        self._waiting.setdefault(run_id, []).append(future)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = loop.create_task(self._flush())
+        return await future
+
+    async def _flush(self) -> None:
+        await asyncio.sleep(0.01)
+        batch, self._waiting, self._flusher = self._waiting, {}, None
+        try:
+            statuses = await sync_to_async(_load_statuses)(list(batch))
+        except Exception as exc:  # noqa: BLE001 - the streams keep going and ask again at their next poll
+            logger.warning("SSE: status read failed: %s", exc)
+            for futures in batch.values():
+                for future in futures:
+                    if not future.done():
+                        future.set_exception(exc)
+            return
+        for run_id, futures in batch.items():
+            for future in futures:
+                if not future.done():
+                    future.set_result(statuses.get(run_id))
+
+
+_status_readers: dict[int, RunStatusReader] = {}
+
+
+def get_status_reader() -> RunStatusReader:
+    loop_id = id(asyncio.get_running_loop())
+    reader = _status_readers.get(loop_id)
+    if reader is None:
+        _status_readers.clear()
+        reader = _status_readers[loop_id] = RunStatusReader()
+    return reader
+
+
+@dataclass
+class OpenedStream:
+    """The result of opening a run's stream: what to send first, and whether to follow it live."""
+
+    first: list[StreamEntry]
+    live: bool
+    initial_status: str | None
+    """A run with nothing in Redis yet (queued): its status from Postgres, sent as the first event."""
+
+
+async def open_run_stream(*, run: Run, after_seq: int, relay: StreamRelay | None = None) -> OpenedStream:
+    """Replays the buffered entries after ``after_seq``; falls back to Postgres when the buffer is gone.
+
+    ``run`` is the owner's run as just read (status current). A stream already complete for this client
+    (its id is at or past the terminal event) gives ``first=[]`` and ``live=False``.
+    """
+    relay = relay or get_relay()
+    entries, last = await relay.read_after(run.pk, after_seq)
+    if last is not None and is_terminal(last) and last.seq <= after_seq:
+        return OpenedStream(first=[], live=False, initial_status=None)
+    trimmed = bool(entries) and entries[0].seq > after_seq + 1 and entries[0].event != StreamEvent.RESET
+    if (last is None or trimmed) and run.status in TERMINAL_STATUSES:
+        finished = await sync_to_async(_load_finished_run)(run.pk)
+        if finished is not None:
+            return OpenedStream(
+                first=final_state_entries(finished, after_seq=after_seq), live=False, initial_status=None
+            )
+    if trimmed:
+        logger.warning("SSE: run %s stream trimmed before id %s; replaying what is left", run.pk, after_seq)
+    terminal_seen = any(is_terminal(entry) for entry in entries)
+    initial_status = run.status if last is None else None
+    return OpenedStream(first=entries, live=not terminal_seen, initial_status=initial_status)
+
+
+async def iter_run_events(
+    *, run_id: int, after_seq: int, opened: OpenedStream, relay: StreamRelay | None = None
+) -> AsyncIterator[str]:
+    """The SSE body: the opening entries, then live entries until the terminal event.
+
+    While nothing comes from Redis for ``status_poll_s``, the run's status is re-read from Postgres: a
+    change is sent as a ``status`` event, and a run that Postgres says is finished but whose terminal event
+    never reaches the stream (cancelled while queued, its stream expired) ends with its final state.
+    Leaving (client gone) only drops the subscription: the run goes on.
+    """
+    relay = relay or get_relay()
+    cfg = settings.STREAMS
+    cursor = after_seq
+    if opened.initial_status is not None:
+        yield encode(StreamEvent.STATUS, {"status": opened.initial_status}, None)
+    if opened.first:
+        yield "".join(encode(e.event, e.data, e.seq) for e in coalesce(opened.first))
+        cursor = opened.first[-1].seq
+    if not opened.live:
+        return
+    sub, catch_up = await relay.subscribe(run_id, cursor)
+    try:
+        pending = catch_up
+        last_status = opened.initial_status
+        last_write = last_entry_at = time.monotonic()
+        finished_in_db_at: float | None = None
+        while True:
+            if not pending:
+                pending = await sub.next_batch(min(cfg.status_poll_s, cfg.keepalive_s))
+            now = time.monotonic()
+            if pending:
+                batch, pending = coalesce(pending), []
+                cursor = batch[-1].seq
+                yield "".join(encode(e.event, e.data, e.seq) for e in batch)
+                last_write = last_entry_at = now
+                finished_in_db_at = None
+                if any(is_terminal(e) for e in batch):
+                    return
+                continue
+            if now - last_entry_at >= cfg.status_poll_s:
+                last_entry_at = now
+                try:
+                    status = await get_status_reader().status(run_id)
+                except Exception:  # noqa: BLE001 - a Postgres hiccup: keep streaming, ask again next time
+                    status = last_status
+                if status is None:
+                    yield encode(
+                        StreamEvent.ERROR, {"code": "not_found", "message": "This run no longer exists."}, None
+                    )
+                    return
+                if status in TERMINAL_STATUSES:
+                    # The worker commits the message, then appends the terminal event: allow it one poll.
+                    if finished_in_db_at is None:
+                        finished_in_db_at = now
+                    elif now - finished_in_db_at >= cfg.status_poll_s:
+                        finished = await sync_to_async(_load_finished_run)(run_id)
+                        if finished is not None:
+                            yield "".join(
+                                encode(e.event, e.data, e.seq) for e in final_state_entries(finished, after_seq=cursor)
+                            )
+                            return
+                elif status != last_status:
+                    yield encode(StreamEvent.STATUS, {"status": status}, None)
+                    last_status = status
+                    last_write = now
+            if now - last_write >= cfg.keepalive_s:
+                yield KEEPALIVE
+                last_write = now
+    finally:
+        relay.unsubscribe(sub)
+
+
+class RunStreamStorage(StorageBase):
+    """django-eventstream storage backed by the runs' Redis Streams (channel ``run-{id}``), read-only.
+
+    For code that reads run events through django-eventstream's own ``get_events`` (synchronous). The
+    worker writes with :class:`runs.streams.RunStreamWriter`, never through ``send_event``, and the
+    ``/api/runs/{id}/stream`` endpoint reads through the process's relay instead (see README).
+    """
+
+    @staticmethod
+    def run_id(channel: str) -> int:
+        prefix, _, run_id = channel.partition("-")
+        if prefix != "run" or not run_id.isdigit():
+            raise ValueError(f"not a run channel: {channel!r}")
+        return int(run_id)
+
+    def append_event(self, channel: str, event_type: str, data: Any) -> Event:
+        raise NotImplementedError("run streams are written by the worker's RunStreamWriter")
+
+    def get_events(self, channel: str, last_id: int, limit: int = 100) -> list[Event]:
+        run_id = self.run_id(channel)
+        entries = read_after(run_id, last_id)
+        if not entries:
+            run = _load_finished_run(run_id)
+            from chatproject.redis_client import get_redis
+
+            if run is not None and run.status in TERMINAL_STATUSES and not get_redis().exists(stream_key(run_id)):
+                entries = final_state_entries(run, after_seq=last_id)
+        return [Event(channel, e.event.value, json.dumps(e.data), id=e.seq) for e in entries[:limit]]
+
+    def get_current_id(self, channel: str) -> int:
+        from runs.streams import last_seq
+
+        return last_seq(self.run_id(channel))
