@@ -122,8 +122,8 @@ class ContextConfig:
     summary_refresh_every_turns: int
     """K: an existing summary is refreshed only after K more user turns (and past the threshold), so the prompt
     prefix stays byte-identical between refreshes and vLLM's prefix cache keeps hitting."""
-    summary_keep_recent_fraction: float
-    """After a refresh, the newest turns up to this fraction of the budget stay verbatim (not summarized)."""
+    summary_keep_recent_turns: int
+    """The newest user turns (with their answers) a summary leaves out: they stay verbatim after a refresh."""
     summary_max_tokens: int
     """Longest summary the model may write, in tokens."""
     summary_priority: int
@@ -193,7 +193,7 @@ def context_config_from_env() -> ContextConfig:
         ),
         summary_threshold_fraction=env.float("CHAT_SUMMARY_THRESHOLD_FRACTION", default=0.5),
         summary_refresh_every_turns=env.int("CHAT_SUMMARY_REFRESH_EVERY_TURNS", default=8),
-        summary_keep_recent_fraction=env.float("CHAT_SUMMARY_KEEP_RECENT_FRACTION", default=0.2),
+        summary_keep_recent_turns=env.int("CHAT_SUMMARY_KEEP_RECENT_TURNS", default=2),
         summary_max_tokens=env.int("CHAT_SUMMARY_MAX_TOKENS", default=160),
         summary_priority=env.int("CHAT_SUMMARY_PRIORITY", default=100),
         summary_queue=env.str("CHAT_SUMMARY_QUEUE", default="batch"),

@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from chatproject.exceptions import DomainError
+
 if TYPE_CHECKING:
     from runs.models import Run
 
@@ -87,6 +89,18 @@ def cut_points(turns: Sequence[Turn], *, drop_step: int) -> list[int]:
     return sorted(set(points))
 
 
+def _first_plausible(points: Sequence[int], turns: Sequence[Turn], budget: int) -> int:
+    suffix = 0
+    sums = [0] * (len(turns) + 1)
+    for i in range(len(turns) - 1, -1, -1):
+        suffix += turns[i].tokens
+        sums[i] = suffix
+    for index, point in enumerate(points):
+        if sums[point] <= budget:
+            return index
+    return len(points) - 1
+
+
 def plan_prompt(
     *,
     system_prompt: str,
@@ -104,8 +118,10 @@ def plan_prompt(
     for summary_text in (summary, ""):
         system = system_content(system_prompt=system_prompt, summary=summary_text)
         points = cut_points(turns, drop_step=drop_step)
-        # Fewer turns never render longer: binary-search the earliest cut that fits.
-        lo, hi = 0, len(points) - 1
+        # Fewer turns never render longer: binary-search the earliest cut that fits. The known content token
+        # counts are a lower bound of a rendering (every message adds template tokens), so cuts whose turns
+        # alone exceed the budget are skipped without rendering them.
+        lo, hi = _first_plausible(points, turns, budget), len(points) - 1
         best: tuple[int, ChatMessages, int] | None = None
         while lo <= hi:
             mid = (lo + hi) // 2
@@ -171,6 +187,38 @@ def plan_run_prompt(*, run: Run) -> PromptPlan:
         count_tokens=rendered_token_count,
         drop_step=config.drop_step_turns,
     )
+
+
+class MessageTooLong(DomainError):
+    """A posted message that cannot fit in the prompt even with no history at all (answered 400)."""
+
+    code = "message_too_long"
+
+
+def message_fit_check(*, content: str, context_limit_tokens: int, max_tokens: int, tier_name: str = "") -> int:
+    """The message's token count; raises :class:`MessageTooLong` if it cannot fit in a prompt even alone.
+
+    Called when a message is posted, so an oversized one is refused before anything is written.
+    """
+    from django.conf import settings
+
+    from inference_workers.tokenizer import count_tokens
+
+    budget = prompt_budget(
+        context_limit_tokens=context_limit_tokens, max_model_len=settings.ENGINE.max_model_len, max_tokens=max_tokens
+    )
+    tokens = count_tokens(content)
+    system = system_content(system_prompt=settings.CONTEXT.system_prompt, summary="")
+    alone = rendered_token_count(_messages(system, [], content))
+    if alone > budget:
+        limit = max(0, budget - (alone - tokens))
+        where = f" on the {tier_name} tier" if tier_name else ""
+        raise MessageTooLong(
+            f"This message is {tokens} tokens long; at most {limit} tokens fit in one message{where} "
+            f"(a {budget}-token prompt budget, leaving room for a {max_tokens}-token answer). "
+            "Shorten it or ask for fewer max_tokens."
+        )
+    return tokens
 
 
 def build_prompt_messages(*, run: Run) -> ChatMessages:

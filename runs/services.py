@@ -41,6 +41,15 @@ def run_create(*, chat: Chat, user: User, content: str, sampling: SamplingReques
     """
     sampling = sampling or SamplingRequest()
     max_tokens = _resolve_max_tokens(user=user, requested=sampling.max_tokens)
+    from chats.context import message_fit_check  # the serving model's tokenizer: loaded on first use
+
+    token_count = message_fit_check(
+        content=content,
+        context_limit_tokens=user.tier.context_limit_tokens,
+        max_tokens=max_tokens,
+        tier_name=user.tier.name,
+    )
+    ticket = admission_reserve(user=user, content=content, max_tokens=max_tokens)  # 429 before any write
     try:
         with transaction.atomic():
             locked_chat = Chat.objects.select_for_update().get(pk=chat.pk)
@@ -49,7 +58,9 @@ def run_create(*, chat: Chat, user: User, content: str, sampling: SamplingReques
                     "This chat already has an answer in progress: wait for it or cancel it first.",
                     code="run_in_progress",
                 )
-            message = Message.objects.create(chat=locked_chat, role=MessageRole.USER, content=content)
+            message = Message.objects.create(
+                chat=locked_chat, role=MessageRole.USER, content=content, token_count=token_count
+            )
             now = timezone.now()
             update_fields = ["updated_at"]
             locked_chat.updated_at = now

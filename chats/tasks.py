@@ -1,0 +1,55 @@
+"""Celery tasks of chats: the rolling summary, written by the model at the lowest priority."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+from django.conf import settings
+
+from chatproject.redis_client import get_redis
+from chats.models import Chat
+from chats.summary import chat_summary_is_due, chat_summary_refresh
+
+logger = logging.getLogger(__name__)
+
+SUMMARIZE_TASK = "chats.summarize"
+PENDING_TTL_S = 900
+
+
+def summary_pending_key(chat_id: int) -> str:
+    """Set while a summary task of the chat is queued or running: one at a time per chat."""
+    return f"chat:{chat_id}:summary-pending"
+
+
+def _engine_generate(prompt: str, max_tokens: int) -> str:
+    from inference_workers.summarize import generate_text
+
+    return generate_text(prompt=prompt, max_tokens=max_tokens, priority=settings.CONTEXT.summary_priority)
+
+
+@shared_task(name=SUMMARIZE_TASK, acks_late=True, ignore_result=True)
+def chat_summarize(chat_id: int) -> bool:
+    """Refreshes the chat's rolling summary with this worker's engine (a no-op when it is not due)."""
+    try:
+        return chat_summary_refresh(chat_id=chat_id, generate=_engine_generate)
+    except Chat.DoesNotExist:
+        logger.info("chat %s is gone; no summary to write", chat_id)
+        return False
+    finally:
+        get_redis().delete(summary_pending_key(chat_id))
+
+
+def chat_summary_schedule(*, chat_id: int) -> bool:
+    """Sends the summary task to the low-priority queue when the chat's summary is due; True if sent.
+
+    Called after a run of the chat finished. The workers drain the summary queue last (``batch`` comes
+    after the tier queues) and generate it at ``CONTEXT.summary_priority``, behind every interactive run.
+    """
+    chat = Chat.objects.select_related("owner__tier").filter(pk=chat_id).first()
+    if chat is None or not chat_summary_is_due(chat=chat):
+        return False
+    if not get_redis().set(summary_pending_key(chat_id), "1", nx=True, ex=PENDING_TTL_S):
+        return False  # one is already on its way; it folds in everything up to its own start
+    chat_summarize.apply_async(args=[chat_id], queue=settings.CONTEXT.summary_queue)
+    return True
