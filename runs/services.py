@@ -49,7 +49,6 @@ def run_create(*, chat: Chat, user: User, content: str, sampling: SamplingReques
         max_tokens=max_tokens,
         tier_name=user.tier.name,
     )
-    ticket = admission_reserve(user=user, content=content, max_tokens=max_tokens)  # 429 before any write
     try:
         with transaction.atomic():
             locked_chat = Chat.objects.select_for_update().get(pk=chat.pk)
