@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import ObjectDoesNotExist
 from django.http import Http404
 from drf_spectacular.utils import OpenApiResponse, inline_serializer
 from rest_framework import exceptions, serializers, status
@@ -54,7 +55,8 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
             status=exc.status_code,
             headers=exc.headers,
         )
-    if isinstance(exc, Http404):
+    if isinstance(exc, Http404 | ObjectDoesNotExist):
+        # ObjectDoesNotExist: a row deleted by a concurrent request (e.g. a chat deleted while a prompt is posted).
         exc = exceptions.NotFound("Not found.")
     response = exception_handler(exc, context)
     if response is None:

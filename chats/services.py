@@ -20,8 +20,13 @@ def chat_update(*, chat: Chat, title: str) -> Chat:
 
 @transaction.atomic
 def chat_delete(*, chat: Chat) -> None:
-    """Deletes the chat and everything in it. Active runs are cancelled first so workers stop generating."""
+    """Deletes the chat and everything in it. Active runs are cancelled first so workers stop generating.
+
+    Locks the chat row (``SELECT ... FOR UPDATE``) like ``run_create`` does, so a prompt posted at the same
+    moment either lands before (and its run is cancelled here) or finds the chat gone.
+    """
     from runs.services import run_cancel_all_for_chat
 
+    Chat.objects.select_for_update().filter(pk=chat.pk).first()
     run_cancel_all_for_chat(chat=chat)
     chat.delete()

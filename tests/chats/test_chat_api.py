@@ -1,0 +1,154 @@
+"""Chat CRUD, ownership (404 for another user's chat or run on every endpoint) and authentication."""
+
+from __future__ import annotations
+
+import pytest
+from rest_framework.test import APIClient
+
+from accounts.models import User
+from chats.models import Chat, Message
+from runs.models import Run, RunStatus
+from tests.factories import ChatFactory, MessageFactory, RunFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def test_create_chat_belongs_to_the_authenticated_user(api: APIClient, user: User, other_user: User) -> None:
+    # An owner in the body is ignored: the user always comes from authentication.
+    resp = api.post("/api/chats", {"title": "Trip plans", "owner": other_user.pk}, format="json")
+
+    assert resp.status_code == 201, resp.content
+    chat = Chat.objects.get(pk=resp.json()["id"])
+    assert chat.owner == user
+    assert resp.json()["title"] == "Trip plans"
+
+
+def test_create_chat_without_title(api: APIClient, user: User) -> None:
+    resp = api.post("/api/chats", {}, format="json")
+    assert resp.status_code == 201
+    assert resp.json()["title"] == ""
+
+
+def test_get_patch_delete_own_chat(api: APIClient, user: User) -> None:
+    chat = ChatFactory(owner=user, title="old")
+    MessageFactory(chat=chat)
+
+    assert api.get(f"/api/chats/{chat.pk}").json()["title"] == "old"
+
+    resp = api.patch(f"/api/chats/{chat.pk}", {"title": "new"}, format="json")
+    assert resp.status_code == 200 and resp.json()["title"] == "new"
+    chat.refresh_from_db()
+    assert chat.title == "new"
+
+    assert api.delete(f"/api/chats/{chat.pk}").status_code == 204
+    assert not Chat.objects.filter(pk=chat.pk).exists()
+    assert not Message.objects.filter(chat_id=chat.pk).exists()
+    assert api.get(f"/api/chats/{chat.pk}").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [({}, "title"), ({"title": 5}, "must be a string"), ({"title": "x" * 201}, "200"), ({"title": None}, "null")],
+)
+def test_patch_chat_validation(api: APIClient, user: User, body: dict[str, object], fragment: str) -> None:
+    chat = ChatFactory(owner=user, title="keep")
+    resp = api.patch(f"/api/chats/{chat.pk}", body, format="json")
+    assert resp.status_code == 400
+    assert fragment in resp.json()["error"]["message"]
+    chat.refresh_from_db()
+    assert chat.title == "keep"
+
+
+def _others_chat_with_queued_run(owner: User) -> tuple[Chat, Run]:
+    chat = ChatFactory(owner=owner, title="private")
+    run = RunFactory(chat=chat, status=RunStatus.QUEUED)
+    return chat, run
+
+
+ENDPOINTS = [
+    ("get", "/api/chats/{chat}"),
+    ("patch", "/api/chats/{chat}"),
+    ("delete", "/api/chats/{chat}"),
+    ("get", "/api/chats/{chat}/messages"),
+    ("post", "/api/chats/{chat}/messages"),
+    ("get", "/api/runs/{run}"),
+    ("post", "/api/runs/{run}/cancel"),
+    ("get", "/api/runs/{run}/stream"),
+]
+
+
+@pytest.mark.parametrize(("method", "template"), ENDPOINTS)
+def test_another_users_chat_or_run_is_404_and_untouched(
+    api: APIClient, other_user: User, method: str, template: str
+) -> None:
+    chat, run = _others_chat_with_queued_run(other_user)
+    url = template.format(chat=chat.pk, run=run.pk)
+    body = {"title": "mine now", "content": "hello"} if method in ("post", "patch") else None
+
+    resp = getattr(api, method)(url, body, format="json") if body else getattr(api, method)(url)
+
+    assert resp.status_code == 404, resp.content
+    chat.refresh_from_db()
+    run.refresh_from_db()
+    assert chat.title == "private"
+    assert run.status == RunStatus.QUEUED
+    assert Message.objects.filter(chat=chat).count() == 1
+    assert Run.objects.filter(chat=chat).count() == 1
+
+
+@pytest.mark.parametrize(("method", "template"), ENDPOINTS)
+def test_missing_ids_are_404_like_foreign_ones(api: APIClient, method: str, template: str) -> None:
+    for missing in (987654321, 2**70):  # the second is beyond bigint and must not reach the database as such
+        url = template.format(chat=missing, run=missing)
+        resp = getattr(api, method)(url, {"title": "t", "content": "c"}, format="json")
+        assert resp.status_code == 404, (url, resp.content)
+
+
+@pytest.mark.parametrize(("method", "template"), [*ENDPOINTS, ("get", "/api/chats"), ("post", "/api/chats")])
+def test_anonymous_requests_are_refused(method: str, template: str, other_user: User) -> None:
+    chat, run = _others_chat_with_queued_run(other_user)
+    url = template.format(chat=chat.pk, run=run.pk)
+    resp = getattr(APIClient(), method)(url, {"title": "t", "content": "c"}, format="json")
+    assert resp.status_code in (401, 403)
+    run.refresh_from_db()
+    assert run.status == RunStatus.QUEUED
+    assert Chat.objects.filter(owner=other_user).count() == 1
+
+
+def test_chat_list_shows_only_own_chats(api: APIClient, user: User, other_user: User) -> None:
+    mine = ChatFactory(owner=user)
+    ChatFactory(owner=other_user)
+    assert [c["id"] for c in api.get("/api/chats").json()["results"]] == [mine.pk]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"{", b'{"title": }', b"not json at all", b'{"title": "a"} trailing', b"\xff\xfe", b'{"title": NaN}'],
+)
+@pytest.mark.parametrize("url", ["/api/chats", "/api/chats/{chat}/messages", "/api/chats/{chat}"])
+def test_malformed_json_is_400(api: APIClient, user: User, raw: bytes, url: str) -> None:
+    chat = ChatFactory(owner=user)
+    path = url.format(chat=chat.pk)
+    method = api.patch if url == "/api/chats/{chat}" else api.post
+    resp = method(path, raw, content_type="application/json")
+    assert resp.status_code == 400, resp.content
+    assert resp.json()["error"]["code"] == "parse_error"
+    assert Chat.objects.count() == 1
+    assert not Message.objects.exists()
+
+
+@pytest.mark.parametrize("raw", [b"[]", b'"text"', b"123", b"null"])
+def test_json_that_is_not_an_object_is_400(api: APIClient, user: User, raw: bytes) -> None:
+    chat = ChatFactory(owner=user)
+    for path in ("/api/chats", f"/api/chats/{chat.pk}/messages"):
+        resp = api.post(path, raw, content_type="application/json")
+        assert resp.status_code == 400, resp.content
+        assert resp.json()["error"]["message"]
+    assert Chat.objects.count() == 1
+    assert not Message.objects.exists()
+
+
+def test_form_encoded_body_is_415(api: APIClient, user: User) -> None:
+    resp = api.post("/api/chats", "title=x", content_type="application/x-www-form-urlencoded")
+    assert resp.status_code == 415
+    assert not Chat.objects.exists()

@@ -1,0 +1,71 @@
+"""The list endpoints run a fixed number of queries whatever the page size (no N+1)."""
+
+from __future__ import annotations
+
+import pytest
+from pytest_django.fixtures import DjangoAssertNumQueries
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from accounts.models import User
+from runs.models import RunStatus
+from tests.factories import ChatFactory, MessageFactory, RunFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize("rows", [1, 5, 40])
+def test_chat_list_query_count(
+    api: APIClient, user: User, rows: int, django_assert_num_queries: DjangoAssertNumQueries
+) -> None:
+    for _ in range(rows):
+        chat = ChatFactory(owner=user)
+        RunFactory(chat=chat, status=RunStatus.DONE)
+
+    with django_assert_num_queries(1):  # the page
+        resp = api.get("/api/chats", {"limit": 100})
+
+    assert len(resp.json()["results"]) == rows
+
+
+@pytest.mark.parametrize("rows", [1, 5, 40])
+def test_message_list_query_count(
+    api: APIClient, user: User, rows: int, django_assert_num_queries: DjangoAssertNumQueries
+) -> None:
+    chat = ChatFactory(owner=user)
+    for _ in range(rows):
+        MessageFactory(chat=chat)
+
+    with django_assert_num_queries(2):  # the chat (ownership), the page
+        resp = api.get(f"/api/chats/{chat.pk}/messages", {"limit": 100})
+
+    assert len(resp.json()["results"]) == rows
+
+
+@pytest.mark.parametrize("rows", [1, 30])
+def test_token_authenticated_list_query_count(
+    user: User, rows: int, django_assert_num_queries: DjangoAssertNumQueries
+) -> None:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    for _ in range(rows):
+        ChatFactory(owner=user)
+
+    with django_assert_num_queries(2):  # the token with its user, the page
+        resp = client.get("/api/chats", {"limit": 100})
+
+    assert len(resp.json()["results"]) == rows
+
+
+def test_following_a_cursor_costs_no_extra_queries(
+    api: APIClient, user: User, django_assert_num_queries: DjangoAssertNumQueries
+) -> None:
+    chat = ChatFactory(owner=user)
+    for _ in range(12):
+        MessageFactory(chat=chat)
+    cursor = api.get(f"/api/chats/{chat.pk}/messages", {"limit": 5}).json()["next_cursor"]
+
+    with django_assert_num_queries(2):
+        resp = api.get(f"/api/chats/{chat.pk}/messages", {"limit": 5, "cursor": cursor})
+
+    assert len(resp.json()["results"]) == 5
