@@ -53,3 +53,11 @@ def chat_summary_schedule(*, chat_id: int) -> bool:
         return False  # one is already on its way; it folds in everything up to its own start
     chat_summarize.apply_async(args=[chat_id], queue=settings.CONTEXT.summary_queue)
     return True
+
+
+def chat_summary_schedule_after_turn(*, chat_id: int) -> None:
+    """``chat_summary_schedule`` for the end of a run: a failure is logged, never raised into the worker."""
+    try:
+        chat_summary_schedule(chat_id=chat_id)
+    except Exception:  # the turn is stored; a missed summary is scheduled again after the next turn
+        logger.exception("chat %s: could not schedule the summary", chat_id)

@@ -204,6 +204,10 @@ def run_finish(*, run_id: int, attempt: int, result: GenerationResult) -> Run | 
             ]
         )
         Chat.objects.filter(pk=run.chat_id).update(updated_at=now, last_worker=run.worker)
+        from chats.tasks import chat_summary_schedule_after_turn  # the rolling summary, when it is due
+
+        chat_id = run.chat_id
+        transaction.on_commit(lambda: chat_summary_schedule_after_turn(chat_id=chat_id))
         return run
 
 
