@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""Prints the README's "Configuration" table: every environment variable the settings read, with its default.
+
+Reads ``chatproject/config.py`` (typed dataclasses; each field's docstring is its description) and
+``chatproject/settings/base.py`` (the Django settings) with ``ast``, so nothing is imported and nothing drifts:
+`python scripts/config_table.py` after adding a variable, and paste the output into README.md.
+``tests/chatproject/test_readme.py`` fails while a variable is missing from the README.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = ROOT / "chatproject" / "config.py"
+SETTINGS = ROOT / "chatproject" / "settings" / "base.py"
+
+# Django settings have no dataclass docstrings: their descriptions live here.
+SETTINGS_HELP = {
+    "DJANGO_SECRET_KEY": "Django's secret key. Set it in every deployment.",
+    "DJANGO_DEBUG": "Django debug mode (never in production).",
+    "DJANGO_ALLOWED_HOSTS": "Comma-separated host names the web process answers.",
+    "DJANGO_CSRF_TRUSTED_ORIGINS": "Comma-separated origins (scheme://host[:port]) trusted for CSRF behind a proxy.",
+    "DEMO_PASSWORD": "Password of the demo users that `make run` creates (local use only).",
+    "DATABASE_URL": "Postgres, as a URL.",
+    "DB_CONN_MAX_AGE": "Seconds a database connection is kept open (0: one per request).",
+    "REDIS_URL": "Redis for streams, buckets, scheduler queues, heartbeats and cancel signals.",
+    "CELERY_BROKER_URL": "Celery's broker (a Redis URL).",
+    "LOG_LEVEL": "Root log level.",
+    "CELERY_VISIBILITY_TIMEOUT_S": "Seconds before an unacknowledged task is redelivered: longer than the longest run.",
+}
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str
+    kind: str
+    default: str
+    help: str
+    source: str
+
+
+def _env_call(node: ast.AST) -> ast.Call | None:
+    """The ``env.<kind>("NAME", default=...)`` call in ``node``, if there is one."""
+    for sub in ast.walk(node):
+        if (
+            isinstance(sub, ast.Call)
+            and isinstance(sub.func, ast.Attribute)
+            and isinstance(sub.func.value, ast.Name)
+            and sub.func.value.id == "env"
+            and sub.args
+            and isinstance(sub.args[0], ast.Constant)
+        ):
+            return sub
+    return None
+
+
+def _default(call: ast.Call) -> str:
+    for keyword in call.keywords:
+        if keyword.arg == "default":
+            text = ast.unparse(keyword.value)
+            if "BASE_DIR" in text:  # a path inside the project
+                constants = [p for p in ast.walk(keyword.value) if isinstance(p, ast.Constant)]
+                parts = [p.value for p in sorted(constants, key=lambda p: p.col_offset)]
+                return "`<project>/" + "/".join(str(p) for p in parts) + "`"
+            if isinstance(keyword.value, ast.Name):  # another setting, e.g. REDIS_URL
+                return f"`{keyword.value.id}`'s value"
+            value = ast.literal_eval(keyword.value)
+            if isinstance(value, list):
+                return "`" + ",".join(value) + "`" if value else "(empty)"
+            if value == "":
+                return "(empty)"
+            return f"`{value}`"
+    return "(required)"
+
+
+def _field_docs(tree: ast.Module) -> dict[tuple[str, str], str]:
+    """(dataclass name, field name) -> the field's docstring."""
+    docs: dict[tuple[str, str], str] = {}
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+        for current, following in itertools.pairwise(cls.body):
+            if (
+                isinstance(current, ast.AnnAssign)
+                and isinstance(current.target, ast.Name)
+                and isinstance(following, ast.Expr)
+                and isinstance(following.value, ast.Constant)
+                and isinstance(following.value.value, str)
+            ):
+                text = " ".join(following.value.value.split())
+                docs[(cls.name, current.target.id)] = text.replace("``", "`")
+    return docs
+
+
+def config_variables() -> list[Variable]:
+    tree = ast.parse(CONFIG.read_text())
+    docs = _field_docs(tree)
+    found: list[Variable] = []
+    for func in (n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.endswith("_from_env")):
+        for ret in (n for n in ast.walk(func) if isinstance(n, ast.Return)):
+            if not (isinstance(ret.value, ast.Call) and isinstance(ret.value.func, ast.Name)):
+                continue
+            dataclass_name = ret.value.func.id
+            for keyword in ret.value.keywords:
+                call = _env_call(keyword.value)
+                if call is None or keyword.arg is None:
+                    continue
+                assert isinstance(call.func, ast.Attribute) and isinstance(call.args[0], ast.Constant)
+                found.append(
+                    Variable(
+                        name=str(call.args[0].value),
+                        kind=call.func.attr,
+                        default=_default(call),
+                        help=docs.get((dataclass_name, keyword.arg), ""),
+                        source=f"`settings.{dataclass_name}.{keyword.arg}`",
+                    )
+                )
+    return found
+
+
+def settings_variables() -> list[Variable]:
+    tree = ast.parse(SETTINGS.read_text())
+    found: list[Variable] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Assign | ast.AnnAssign):
+            continue
+        call = _env_call(node)
+        if call is None or not isinstance(call.func, ast.Attribute) or not isinstance(call.args[0], ast.Constant):
+            continue
+        name = str(call.args[0].value)
+        if any(v.name == name for v in found):
+            continue
+        found.append(
+            Variable(
+                name=name,
+                kind=call.func.attr,
+                default=_default(call),
+                help=SETTINGS_HELP.get(name, ""),
+                source="Django settings",
+            )
+        )
+    return found
+
+
+def all_variables() -> list[Variable]:
+    return settings_variables() + config_variables()
+
+
+def markdown_table() -> str:
+    rows = ["| variable | type | default | what it sets |", "| --- | --- | --- | --- |"]
+    for var in all_variables():
+        text, default = (value.replace("|", "\\|") for value in (var.help, var.default))
+        rows.append(f"| `{var.name}` | {var.kind} | {default} | {text} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(markdown_table())
