@@ -13,7 +13,16 @@ fi
 want="$(cat requirements/*.txt | sha256sum | cut -c1-16)-$ENGINE"
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then exit 0; fi
 
-[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+if [ ! -x "$VENV/bin/python" ]; then
+  # A bare Debian may lack Python's venv module (Debian splits it out): install it from Debian packages.
+  if ! command -v "$PY" >/dev/null 2>&1 || ! "$PY" -c "import ensurepip, venv" >/dev/null 2>&1; then
+    as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+    echo "bootstrap: installing python3, python3-venv and python3-dev from Debian packages"
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv python3-dev >/dev/null
+  fi
+  "$PY" -m venv "$VENV"
+fi
 PIP="$VENV/bin/pip"
 "$PIP" install -q --upgrade pip >/dev/null
 "$PIP" install -q -r requirements/dev.txt
