@@ -17,7 +17,8 @@ apt_install() {
 }
 
 need=()
-command -v pg_lsclusters >/dev/null 2>&1 || need+=(postgresql)
+# The server itself, not just the client tools (a machine may have psql and postgresql-common only).
+compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || need+=(postgresql)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 if [ "${#need[@]}" -gt 0 ]; then
   echo "services: installing ${need[*]} from Debian packages"
@@ -25,7 +26,7 @@ if [ "${#need[@]}" -gt 0 ]; then
 fi
 
 # Postgres: the newest installed major version's "main" cluster.
-pg_ver="$(ls /usr/lib/postgresql | sort -V | tail -n 1)"
+pg_ver="$(basename "$(dirname "$(dirname "$(ls -d /usr/lib/postgresql/*/bin/postgres | sort -V | tail -n 1)")")")"
 if ! pg_lsclusters -h | awk -v v="$pg_ver" '$1==v && $2=="main"' | grep -q .; then
   as_root pg_createcluster "$pg_ver" main >/dev/null
 fi
