@@ -133,6 +133,8 @@ class ContextConfig:
     drop_step_turns: int
     """When the verbatim turns overflow before a refresh, the oldest are dropped this many user turns at a time
     (fixed cut points keep the prefix stable across the following turns)."""
+    chat_affinity: bool
+    """Route a chat's next run to the worker that served its previous turn (warm prefix cache) when it has room."""
 
 
 def engine_config_from_env() -> EngineConfig:
@@ -198,4 +200,5 @@ def context_config_from_env() -> ContextConfig:
         summary_priority=env.int("CHAT_SUMMARY_PRIORITY", default=100),
         summary_queue=env.str("CHAT_SUMMARY_QUEUE", default="batch"),
         drop_step_turns=env.int("CHAT_DROP_STEP_TURNS", default=4),
+        chat_affinity=env.bool("CHAT_AFFINITY", default=True),
     )

@@ -6,4 +6,5 @@ class InferenceWorkersConfig(AppConfig):
     name = "inference_workers"
 
     def ready(self) -> None:
-        from inference_workers import signals  # noqa: F401 - connects the worker lifecycle receivers
+        # Connects the worker lifecycle receivers, and the one that makes each worker consume its own queue.
+        from inference_workers import affinity, signals  # noqa: F401

@@ -19,8 +19,11 @@ def send_to_worker(*, run_id: int, queue: str) -> None:
     """Publishes ``generate(run_id)`` on the Celery queue of the run's tier (the workers drain them in order)."""
     if queue not in settings.CELERY_TASK_QUEUES_ORDER:
         raise ValueError(f"unknown worker queue {queue!r}")
-    app.send_task(GENERATE_TASK, args=[run_id], queue=queue)
-    logger.info("run %s sent to queue %s", run_id, queue)
+    from inference_workers.affinity import route_run_or_tier_queue  # chat affinity: the previous worker's queue
+
+    target, reason = route_run_or_tier_queue(run_id=run_id, tier_queue=queue)
+    app.send_task(GENERATE_TASK, args=[run_id], queue=target)
+    logger.info("run %s sent to queue %s (%s)", run_id, target, reason)
 
 
 def signal_cancel(*, run_id: int) -> None:

@@ -1,0 +1,115 @@
+"""Chat affinity: a chat's next run goes to the worker holding its prompt prefix, while that worker has room."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery
+from django.conf import settings
+from pytest_django.fixtures import Settings
+
+from inference_workers.affinity import consume_own_queue
+from inference_workers.dispatch import GENERATE_TASK, send_to_worker
+from inference_workers.heartbeats import WorkerHeartbeat, heartbeat_key
+from scheduling.affinity import WorkerLoad, choose_route, worker_queue
+from tests.factories import ChatFactory, RunFactory
+
+NOW = 1_000.0
+
+
+def _load(name: str, *, running: int = 0, waiting: int = 0, slots: int = 4, age: float = 0.5) -> WorkerLoad:
+    return WorkerLoad(name=name, slots=slots, running=running, waiting=waiting, updated_at=NOW - age)
+
+
+def _route(previous: str, workers: list[WorkerLoad], **kwargs: Any) -> tuple[str, str | None, str]:
+    route = choose_route(
+        previous_worker=previous, tier_queue="free", workers=workers, now=NOW, stale_after_s=10, **kwargs
+    )
+    return route.queue, route.worker, route.reason
+
+
+def test_the_previous_worker_is_preferred_while_it_has_room() -> None:
+    workers = [_load("w1", running=3), _load("w2")]
+    assert _route("w1", workers) == ("worker.w1", "w1", "affinity")
+
+
+def test_a_full_previous_worker_falls_back_to_the_shared_queue() -> None:
+    assert _route("w1", [_load("w1", running=4), _load("w2")]) == ("free", None, "previous_worker_full")
+    assert _route("w1", [_load("w1", running=2, waiting=2)]) == ("free", None, "previous_worker_full")
+    # Runs already routed there since its heartbeat count as load.
+    assert _route("w1", [_load("w1", running=2)], pending={"w1": 2}) == ("free", None, "previous_worker_full")
+    # A small tolerated queue keeps the affinity a little longer.
+    assert _route("w1", [_load("w1", running=4)], max_waiting=1) == ("worker.w1", "w1", "affinity")
+
+
+def test_a_silent_or_unknown_previous_worker_is_not_waited_for() -> None:
+    assert _route("w1", [_load("w1", age=30)]) == ("free", None, "previous_worker_gone")
+    assert _route("w9", [_load("w1")]) == ("free", None, "previous_worker_gone")
+    assert _route("", [_load("w1")]) == ("free", None, "no_previous_worker")
+
+
+def _beat(client: redis.Redis, worker: str, *, running: int, slots: int = 4) -> None:
+    beat = WorkerHeartbeat(
+        worker=worker,
+        model="m",
+        model_version="v",
+        max_slots=slots,
+        running=running,
+        waiting=0,
+        kv_cache_usage=0.0,
+        tpot_s=None,
+        active_runs=running,
+        updated_at=time.time(),
+    )
+    client.set(heartbeat_key(worker), beat.to_json(), ex=10)
+
+
+def _sent_to(queue: str) -> list[list[int]]:
+    broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    items = broker.lrange(queue, 0, -1)
+    broker.delete(queue)
+    return [json.loads(json.loads(item)["headers"]["argsrepr"]) for item in items if b"inference_workers" in item]
+
+
+@pytest.mark.django_db
+def test_send_to_worker_pins_a_run_to_its_chats_previous_worker(clean_redis: redis.Redis, settings: Settings) -> None:
+    chat = ChatFactory(last_worker="gpu-a@host")
+    run = RunFactory(chat=chat)
+    fresh = RunFactory()  # a chat nobody served yet
+    for queue in ("free", worker_queue("gpu-a@host")):
+        _sent_to(queue)
+
+    _beat(clean_redis, "gpu-a@host", running=1)
+    send_to_worker(run_id=run.pk, queue="free")
+    send_to_worker(run_id=fresh.pk, queue="free")
+    assert _sent_to(worker_queue("gpu-a@host")) == [[run.pk]]
+    assert _sent_to("free") == [[fresh.pk]]
+
+    _beat(clean_redis, "gpu-a@host", running=4)  # full: any worker will do
+    send_to_worker(run_id=run.pk, queue="free")
+    assert _sent_to("free") == [[run.pk]]
+
+    _beat(clean_redis, "gpu-a@host", running=0)
+    settings.CONTEXT = dataclasses.replace(settings.CONTEXT, chat_affinity=False)
+    send_to_worker(run_id=run.pk, queue="free")
+    assert _sent_to("free") == [[run.pk]] and _sent_to(worker_queue("gpu-a@host")) == []
+    assert GENERATE_TASK.startswith("inference_workers")
+
+
+def test_a_gpu_worker_consumes_its_own_queue_and_other_workers_do_not() -> None:
+    gpu = Celery("gpu", set_as_current=False)
+    gpu.amqp.queues.select(settings.CELERY_TASK_QUEUES_ORDER)
+    consume_own_queue(sender="gpu-a@host", instance=SimpleNamespace(app=gpu))
+    assert worker_queue("gpu-a@host") in gpu.amqp.queues.consume_from
+    assert set(settings.CELERY_TASK_QUEUES_ORDER) <= set(gpu.amqp.queues.consume_from)
+
+    other = Celery("other", set_as_current=False)
+    other.amqp.queues.select(["maintenance"])
+    consume_own_queue(sender="cpu@host", instance=SimpleNamespace(app=other))
+    assert list(other.amqp.queues.consume_from) == ["maintenance"]
