@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from accounts.models import User
@@ -73,8 +74,8 @@ ENDPOINTS = [
     ("post", "/api/chats/{chat}/messages"),
     ("get", "/api/runs/{run}"),
     ("post", "/api/runs/{run}/cancel"),
-    ("get", "/api/runs/{run}/stream"),
 ]
+STREAM = "/api/runs/{run}/stream"  # tested apart: an async view, whose ORM calls need committed rows
 
 
 @pytest.mark.parametrize(("method", "template"), ENDPOINTS)
@@ -104,7 +105,27 @@ def test_missing_ids_are_404_like_foreign_ones(api: APIClient, method: str, temp
         assert resp.status_code == 404, (url, resp.content)
 
 
-@pytest.mark.parametrize(("method", "template"), [*ENDPOINTS, ("get", "/api/chats"), ("post", "/api/chats")])
+@pytest.mark.django_db(transaction=True)
+def test_run_stream_of_another_users_run_is_404(user: User, other_user: User) -> None:
+    """With real credentials (the SSE view authenticates itself): foreign and missing runs look the same."""
+    _, run = _others_chat_with_queued_run(other_user)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+
+    foreign = client.get(STREAM.format(run=run.pk))
+    missing = client.get(STREAM.format(run=987654321))
+    beyond_bigint = client.get(STREAM.format(run=2**70))
+
+    assert foreign.status_code == missing.status_code == beyond_bigint.status_code == 404
+    assert foreign.json() == missing.json()
+    assert APIClient().get(STREAM.format(run=run.pk)).status_code == 401
+    run.refresh_from_db()
+    assert run.status == RunStatus.QUEUED
+
+
+@pytest.mark.parametrize(
+    ("method", "template"), [*ENDPOINTS, ("get", STREAM), ("get", "/api/chats"), ("post", "/api/chats")]
+)
 def test_anonymous_requests_are_refused(method: str, template: str, other_user: User) -> None:
     chat, run = _others_chat_with_queued_run(other_user)
     url = template.format(chat=chat.pk, run=run.pk)
