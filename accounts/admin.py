@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
 
-from accounts.models import Tier, User
+from accounts.models import Tier, UsageDay, User, UserLimitOverride
 
 
 @admin.register(Tier)
@@ -27,3 +27,29 @@ class UserAdmin(BaseUserAdmin):
     list_select_related = ["tier"]
     fieldsets = (*(BaseUserAdmin.fieldsets or ()), ("Service tier", {"fields": ("tier",)}))
     add_fieldsets = (*BaseUserAdmin.add_fieldsets, ("Service tier", {"fields": ("tier",)}))
+
+
+@admin.register(UserLimitOverride)
+class UserLimitOverrideAdmin(admin.ModelAdmin[UserLimitOverride]):
+    list_display = [
+        "user",
+        "bucket_capacity_tokens",
+        "bucket_refill_per_s",
+        "max_concurrent_runs",
+        "max_output_tokens",
+        "share_weight",
+        "note",
+    ]
+    search_fields = ["user__username", "note"]
+    raw_id_fields = ["user"]
+    list_select_related = ["user"]
+
+
+@admin.register(UsageDay)
+class UsageDayAdmin(admin.ModelAdmin[UsageDay]):
+    list_display = ["day", "user", "runs", "input_tokens", "output_tokens"]
+    list_filter = ["day", "user__tier"]
+    search_fields = ["user__username"]
+    date_hierarchy = "day"
+    raw_id_fields = ["user"]
+    list_select_related = ["user"]

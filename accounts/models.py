@@ -57,3 +57,37 @@ class User(AbstractUser):
     tier = models.ForeignKey(Tier, on_delete=models.PROTECT, related_name="users")
 
     objects = UserManager()  # type: ignore[misc]
+
+
+class UserLimitOverride(models.Model):
+    """Per-user exceptions to the tier's limits; an empty field means "as the tier says"."""
+
+    user = models.OneToOneField(User, on_delete=models.CASCADE, related_name="limit_override")
+    bucket_capacity_tokens = models.PositiveIntegerField(null=True, blank=True)
+    bucket_refill_per_s = models.FloatField(null=True, blank=True)
+    max_concurrent_runs = models.PositiveSmallIntegerField(null=True, blank=True)
+    max_output_tokens = models.PositiveIntegerField(null=True, blank=True)
+    share_weight = models.FloatField(
+        null=True, blank=True, help_text="Fair-share weight among the tier's users (default 1; 2 = twice the share)."
+    )
+    note = models.CharField(max_length=200, blank=True, default="")
+
+    def __str__(self) -> str:
+        return f"Limits of {self.user}"
+
+
+class UsageDay(models.Model):
+    """Tokens one user consumed on one day (UTC), added to when each run ends."""
+
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="usage_days")
+    day = models.DateField()
+    runs = models.PositiveIntegerField(default=0)
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "day"], name="usage_day_per_user")]
+        ordering = ["-day", "user_id"]
+
+    def __str__(self) -> str:
+        return f"{self.user} {self.day}"

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import environ
 
+from scheduling.gate import TierGate
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 env = environ.Env()
 
@@ -201,4 +203,66 @@ def context_config_from_env() -> ContextConfig:
         summary_queue=env.str("CHAT_SUMMARY_QUEUE", default="batch"),
         drop_step_turns=env.int("CHAT_DROP_STEP_TURNS", default=4),
         chat_affinity=env.bool("CHAT_AFFINITY", default=True),
+    )
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Admission and the dispatcher (see README "Scheduling and admission")."""
+
+    gates: dict[str, TierGate]
+    """Per-tier backpressure: dispatch while vLLM's waiting requests are below ``max_waiting`` and the time per
+    output token is at most ``max_tpot_s``; ``only_when_idle`` tiers (batch) wait for idle engines.
+    Env ``SCHED_GATES="pro=4:2.0,plus=2:1.0,free=1:0.75,batch=1:0.5:idle"``."""
+    stale_after_s: float
+    """A worker heartbeat older than this is stale; with no fresh one the fallback cap applies."""
+    fallback_max_in_flight: int
+    """Without fresh statistics: dispatch while fewer runs than this are in flight (never halt)."""
+    idle_running_fraction: float
+    """The engines count as idle (for batch) while nothing waits and at most this fraction of slots is busy."""
+    in_flight_ttl_s: float
+    """A dispatched run whose end is never reported stops counting as in flight after this long."""
+    tick_s: float
+    """The dispatcher's sleep when it has nothing to do or the engines have no room."""
+    positions_interval_s: float
+    """How often the dispatcher recomputes queue positions and estimated waits (and emits status events)."""
+    leader_ttl_ms: int
+    """The dispatcher lock's lifetime; a dispatcher that dies hands over to a standby after this long."""
+    admission_pending_ttl_s: float
+    """An admitted prompt that was never committed gives its reservation back after this long."""
+    admission_run_ttl_s: float
+    """A run's reservation is reclaimed after this long if its end is never reported."""
+    queue_retry_after_s: float
+    """Retry-After for a full tier queue while the dispatch rate is unknown."""
+    concurrency_retry_after_s: float
+    """Retry-After when the user already has their maximum of runs queued or streaming."""
+
+
+def _parse_gates(raw: str) -> dict[str, TierGate]:
+    gates: dict[str, TierGate] = {}
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        name, spec = item.split("=", 1)
+        fields = spec.split(":")
+        gates[name.strip()] = TierGate(
+            max_waiting=int(fields[0]),
+            max_tpot_s=float(fields[1]),
+            only_when_idle=len(fields) > 2 and fields[2] == "idle",
+        )
+    return gates
+
+
+def scheduler_config_from_env() -> SchedulerConfig:
+    return SchedulerConfig(
+        gates=_parse_gates(env.str("SCHED_GATES", default="pro=4:2.0,plus=2:1.0,free=1:0.75,batch=1:0.5:idle")),
+        stale_after_s=env.float("SCHED_STALE_AFTER_S", default=5.0),
+        fallback_max_in_flight=env.int("SCHED_FALLBACK_MAX_IN_FLIGHT", default=8),
+        idle_running_fraction=env.float("SCHED_IDLE_RUNNING_FRACTION", default=0.5),
+        in_flight_ttl_s=env.float("SCHED_IN_FLIGHT_TTL_S", default=3600.0),
+        tick_s=env.float("SCHED_TICK_S", default=0.05),
+        positions_interval_s=env.float("SCHED_POSITIONS_INTERVAL_S", default=1.0),
+        leader_ttl_ms=env.int("SCHED_LEADER_TTL_MS", default=5000),
+        admission_pending_ttl_s=env.float("ADMISSION_PENDING_TTL_S", default=60.0),
+        admission_run_ttl_s=env.float("ADMISSION_RUN_TTL_S", default=7200.0),
+        queue_retry_after_s=env.float("ADMISSION_QUEUE_RETRY_AFTER_S", default=10.0),
+        concurrency_retry_after_s=env.float("ADMISSION_CONCURRENCY_RETRY_AFTER_S", default=5.0),
     )

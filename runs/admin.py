@@ -13,12 +13,13 @@ class RunAdmin(admin.ModelAdmin[Run]):
         "finish_reason",
         "input_tokens",
         "output_tokens",
+        "reserved_tokens",
         "attempts",
         "worker",
         "created_at",
         "finished_at",
     ]
-    list_filter = ["status", "tier", "finish_reason", "created_at"]
+    list_filter = ["status", "tier", ("user", admin.RelatedOnlyFieldListFilter), "finish_reason", "created_at"]
     search_fields = ["user__username", "error"]
     list_select_related = ["user", "tier"]
     raw_id_fields = ["chat", "user", "user_message", "assistant_message"]

@@ -10,10 +10,14 @@ logger = logging.getLogger(__name__)
 
 
 def run_submit(*, run: Run) -> None:
-    """Called after the transaction that created (or requeued) ``run`` commits: enqueue it on its tier's queue."""
-    from inference_workers.dispatch import send_to_worker
+    """Called after the transaction that created (or requeued) ``run`` commits: queue it for the dispatcher.
 
-    send_to_worker(run_id=run.pk, queue=run.tier.name)
+    The run waits in its user's scheduler queue (``runs.admission.run_enqueue``); the dispatcher
+    (``python manage.py run_dispatcher``) sends it to its tier's Celery queue when the engines have room.
+    """
+    from runs.admission import run_enqueue
+
+    run_enqueue(run=run)
 
 
 def run_signal_cancel(*, run_id: int) -> None:

@@ -6,11 +6,18 @@ from django.urls import reverse
 from rest_framework import serializers
 
 from runs.models import Run
+from scheduling.store import Position
 
 
 class RunOutSerializer(serializers.ModelSerializer[Run]):
     stream_url = serializers.SerializerMethodField()
     assistant_message = serializers.SerializerMethodField()
+    queue_position = serializers.SerializerMethodField(
+        help_text="While queued: 1 = dispatched next (null when not queued or not yet computed)."
+    )
+    estimated_wait_s = serializers.SerializerMethodField(
+        help_text="While queued: seconds until dispatch at the recent dispatch rate (null when unknown)."
+    )
 
     class Meta:
         model = Run
@@ -33,7 +40,22 @@ class RunOutSerializer(serializers.ModelSerializer[Run]):
             "started_at",
             "finished_at",
             "stream_url",
+            "queue_position",
+            "estimated_wait_s",
         ]
+
+    def _position(self, run: Run) -> Position | None:
+        from runs.admission import run_queue_position
+
+        return run_queue_position(run=run)
+
+    def get_queue_position(self, run: Run) -> int | None:
+        pos = self._position(run)
+        return pos.queue_position if pos is not None else None
+
+    def get_estimated_wait_s(self, run: Run) -> float | None:
+        pos = self._position(run)
+        return pos.estimated_wait_s if pos is not None else None
 
     def get_stream_url(self, run: Run) -> str:
         return reverse("run-stream", kwargs={"run_id": run.pk})

@@ -8,9 +8,11 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from accounts.limits import user_limits
 from accounts.models import User
 from chatproject.exceptions import ConflictError, DomainError
 from chats.models import Chat, Message, MessageRole
+from runs.admission import admission_reserve, run_account_end
 from runs.handoff import run_signal_cancel, run_submit
 from runs.models import ACTIVE_STATUSES, FinishReason, Run, RunStatus
 
@@ -23,7 +25,7 @@ class SamplingRequest:
 
 
 def _resolve_max_tokens(*, user: User, requested: int | None) -> int:
-    cap = user.tier.max_output_tokens
+    cap = user_limits(user=user).max_output_tokens
     if requested is None:
         return min(settings.CHAT_LIMITS.default_max_tokens, cap)
     if requested > cap:
@@ -49,6 +51,7 @@ def run_create(*, chat: Chat, user: User, content: str, sampling: SamplingReques
         max_tokens=max_tokens,
         tier_name=user.tier.name,
     )
+    ticket = admission_reserve(user=user, content=content, max_tokens=max_tokens)  # 429 before any write
     try:
         with transaction.atomic():
             locked_chat = Chat.objects.select_for_update().get(pk=chat.pk)
@@ -78,8 +81,9 @@ def run_create(*, chat: Chat, user: User, content: str, sampling: SamplingReques
                 temperature=sampling.temperature,
                 top_p=sampling.top_p,
                 model=settings.ENGINE.served_model_name,
+                reserved_tokens=ticket.cost,
             )
-            transaction.on_commit(lambda: run_submit(run=run))
+            ticket.bind_on_commit(run, then=lambda: run_submit(run=run))
     except IntegrityError as exc:
         if "one_active_run_per_chat" in str(exc):
             raise ConflictError(
@@ -87,6 +91,8 @@ def run_create(*, chat: Chat, user: User, content: str, sampling: SamplingReques
                 code="run_in_progress",
             ) from exc
         raise
+    finally:
+        ticket.release_unless_bound()
     return run
 
 
@@ -104,6 +110,7 @@ def run_cancel(*, run: Run) -> Run:
             locked.finish_reason = FinishReason.CANCELLED
             locked.finished_at = timezone.now()
             locked.save(update_fields=["status", "finish_reason", "finished_at"])
+            run_account_end(run=locked)  # leaves the scheduler queue and refunds its reservation on commit
         elif locked.status == RunStatus.STREAMING:
             locked.status = RunStatus.CANCELLING
             locked.save(update_fields=["status"])
@@ -115,6 +122,7 @@ def run_cancel(*, run: Run) -> Run:
 def run_cancel_all_for_chat(*, chat: Chat) -> None:
     for run in Run.objects.filter(chat=chat, status__in=ACTIVE_STATUSES):
         run_cancel(run=run)
+
 
 # Worker-side transitions. Each locks the run row (``SELECT ... FOR UPDATE``) because a cancel, the reaper
 # and a redelivered copy of the same task can race the worker that owns the run.
@@ -137,6 +145,7 @@ def run_mark_streaming(*, run_id: int, worker: str) -> tuple[Run, bool]:
             run.finish_reason = FinishReason.CANCELLED
             run.finished_at = now
             run.save(update_fields=["status", "finish_reason", "finished_at"])
+            run_account_end(run=run)
             return run, True
         if run.attempts >= settings.WORKERS.max_attempts:
             run.status = RunStatus.FAILED
@@ -144,6 +153,7 @@ def run_mark_streaming(*, run_id: int, worker: str) -> tuple[Run, bool]:
             run.error = f"Generation was started {run.attempts} times and never finished; giving up."
             run.finished_at = now
             run.save(update_fields=["status", "finish_reason", "error", "finished_at"])
+            run_account_end(run=run)
             return run, True
         run.status = RunStatus.STREAMING
         run.attempts += 1
@@ -203,6 +213,7 @@ def run_finish(*, run_id: int, attempt: int, result: GenerationResult) -> Run | 
                 "finished_at",
             ]
         )
+        run_account_end(run=run)
         Chat.objects.filter(pk=run.chat_id).update(updated_at=now, last_worker=run.worker)
         from chats.tasks import chat_summary_schedule_after_turn  # the rolling summary, when it is due
 
@@ -222,6 +233,7 @@ def run_fail(*, run_id: int, error: str, attempt: int | None = None) -> Run | No
         run.error = error
         run.finished_at = timezone.now()
         run.save(update_fields=["status", "finish_reason", "error", "finished_at"])
+        run_account_end(run=run)
         return run
 
 
@@ -240,6 +252,7 @@ def run_requeue_orphan(*, run_id: int, worker: str) -> Run | None:
             run.finish_reason = FinishReason.CANCELLED
             run.finished_at = timezone.now()
             run.save(update_fields=["status", "finish_reason", "finished_at"])
+            run_account_end(run=run)
             return run
         run.status = RunStatus.QUEUED
         run.worker = ""

@@ -10,6 +10,7 @@ from chatproject.config import (
     context_config_from_env,
     engine_config_from_env,
     env,
+    scheduler_config_from_env,
     stream_config_from_env,
     worker_config_from_env,
 )
@@ -110,6 +111,7 @@ ENGINE = engine_config_from_env()
 STREAMS = stream_config_from_env()
 CHAT_LIMITS = chat_limits_from_env()
 WORKERS = worker_config_from_env()
+SCHEDULER = scheduler_config_from_env()
 CONTEXT = context_config_from_env()
 
 LOGGING = {

@@ -1,0 +1,64 @@
+"""A user's effective limits (tier + per-user overrides) and their daily token usage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db.models import F
+from django.utils import timezone
+
+from accounts.models import Tier, UsageDay, User, UserLimitOverride
+
+
+@dataclass(frozen=True)
+class EffectiveLimits:
+    tier: str
+    priority: int
+    bucket_capacity_tokens: int
+    bucket_refill_per_s: float
+    max_concurrent_runs: int
+    max_output_tokens: int
+    queue_depth_limit: int
+    share_weight: float
+
+
+def user_limits(*, user: User) -> EffectiveLimits:
+    """The tier's limits with the user's overrides applied (one query for the override, tier cached on user)."""
+    tier: Tier = user.tier
+    override = UserLimitOverride.objects.filter(user_id=user.pk).first()
+
+    def pick(field: str, default: float) -> float:
+        value = getattr(override, field, None) if override is not None else None
+        return default if value is None else value
+
+    return EffectiveLimits(
+        tier=tier.name,
+        priority=tier.priority,
+        bucket_capacity_tokens=int(pick("bucket_capacity_tokens", tier.bucket_capacity_tokens)),
+        bucket_refill_per_s=float(pick("bucket_refill_per_s", tier.bucket_refill_per_s)),
+        max_concurrent_runs=int(pick("max_concurrent_runs", tier.max_concurrent_runs)),
+        max_output_tokens=int(pick("max_output_tokens", tier.max_output_tokens)),
+        queue_depth_limit=tier.queue_depth_limit,
+        share_weight=float(pick("share_weight", 1.0)),
+    )
+
+
+def usage_record(*, user_id: int, input_tokens: int, output_tokens: int) -> None:
+    """Adds one ended run's tokens to the user's usage of today (UTC); safe under concurrent callers."""
+    day = timezone.now().date()
+    updated = UsageDay.objects.filter(user_id=user_id, day=day).update(
+        runs=F("runs") + 1,
+        input_tokens=F("input_tokens") + input_tokens,
+        output_tokens=F("output_tokens") + output_tokens,
+    )
+    if updated:
+        return
+    _, created = UsageDay.objects.get_or_create(
+        user_id=user_id, day=day, defaults={"runs": 1, "input_tokens": input_tokens, "output_tokens": output_tokens}
+    )
+    if not created:
+        UsageDay.objects.filter(user_id=user_id, day=day).update(
+            runs=F("runs") + 1,
+            input_tokens=F("input_tokens") + input_tokens,
+            output_tokens=F("output_tokens") + output_tokens,
+        )

@@ -1,0 +1,76 @@
+"""Builds the dispatcher with the Django-side pieces: tiers from the database, worker heartbeats,
+``send_to_worker`` (the only way into Celery) and queue-position status events on the runs' streams."""
+
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+
+from accounts.models import Tier
+from chatproject.redis_client import get_redis
+from runs.streams import RunStreamWriter, StreamEvent
+from scheduling.dispatcher import Dispatcher, DispatcherSettings
+from scheduling.gate import EngineSample, GatePolicy, TierGate
+from scheduling.policy import FairPolicy, QueuedRun, TierSpec
+from scheduling.store import Position, SchedulerStore
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_GATE = TierGate(max_waiting=1, max_tpot_s=1.0)
+
+
+def engine_samples() -> list[EngineSample]:
+    """The workers' latest heartbeats as the gate's samples (empty when no worker reports)."""
+    try:
+        from inference_workers.selectors import worker_heartbeats
+    except ImportError:  # a web-only checkout without the worker app
+        return []
+    return [
+        EngineSample(
+            slots=hb.max_slots, running=hb.running, waiting=hb.waiting, tpot_s=hb.tpot_s, updated_at=hb.updated_at
+        )
+        for hb in worker_heartbeats()
+    ]
+
+
+def send_run(run: QueuedRun) -> None:
+    from inference_workers.dispatch import send_to_worker
+
+    send_to_worker(run_id=run.run_id, queue=run.tier)
+
+
+def publish_positions(positions: dict[int, Position]) -> None:
+    """A ``status`` event on each run's stream whose position or estimated wait changed."""
+    client = get_redis()
+    for run_id, pos in positions.items():
+        RunStreamWriter(run_id, client=client).append(
+            StreamEvent.STATUS,
+            {"status": "queued", "queue_position": pos.queue_position, "estimated_wait_s": pos.estimated_wait_s},
+        )
+
+
+def build_dispatcher(*, use_leader_lock: bool = True) -> Dispatcher:
+    cfg = settings.SCHEDULER
+    tiers = list(Tier.objects.order_by("priority"))
+    gates = {t.name: cfg.gates.get(t.name, DEFAULT_GATE) for t in tiers}
+    return Dispatcher(
+        store=SchedulerStore(get_redis(), tiers=[t.name for t in tiers]),
+        policy=FairPolicy(TierSpec(name=t.name, priority=t.priority, share_floor=t.share_floor) for t in tiers),
+        gate=GatePolicy(
+            gates=gates,
+            fallback_max_in_flight=cfg.fallback_max_in_flight,
+            idle_running_fraction=cfg.idle_running_fraction,
+        ),
+        settings=DispatcherSettings(
+            stale_after_s=cfg.stale_after_s,
+            in_flight_ttl_s=cfg.in_flight_ttl_s,
+            tick_s=cfg.tick_s,
+            positions_interval_s=cfg.positions_interval_s,
+            leader_ttl_ms=cfg.leader_ttl_ms,
+        ),
+        stats=engine_samples,
+        send=send_run,
+        on_positions=publish_positions,
+        use_leader_lock=use_leader_lock,
+    )

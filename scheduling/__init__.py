@@ -1,0 +1,9 @@
+"""Fair, tier-aware scheduling of admitted runs onto the inference engines.
+
+Pure Python: nothing in this package imports Django. ``policy`` decides the order (per-user virtual token
+counters within a tier, strict priority with floor shares across tiers) and ``gate`` decides whether the
+engines have room; ``store`` keeps the queues in Redis so web processes push and dispatchers pop, and
+``admission`` is the atomic Redis step that admits or refuses a prompt. ``dispatcher`` ties them together;
+the Django side (``runs/admission.py``, ``python manage.py run_dispatcher``) only supplies limits, engine
+statistics and the way into Celery.
+"""

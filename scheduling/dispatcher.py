@@ -1,0 +1,174 @@
+"""The dispatcher loop: moves queued runs to the workers in policy order while the engines have room.
+
+One tick: take (or keep) the leader lock, read the engine load once, then repeatedly read the queue heads,
+let the policy choose, claim the chosen run atomically in Redis and hand it to ``send``. The claim is the
+guard against double dispatch (a second dispatcher, a lost lock, a concurrent cancel); the lock only keeps
+the policy's counters consistent. Queue positions and estimated waits are refreshed every few seconds.
+The Django command ``run_dispatcher`` supplies ``stats`` (worker heartbeats), ``send`` (Celery) and
+``on_positions`` (status events on the runs' streams).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from scheduling.gate import EngineLoad, EngineSample, GatePolicy, aggregate, engine_load
+from scheduling.policy import FairPolicy, QueuedRun, forecast_order
+from scheduling.store import Position, SchedulerStore
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DispatcherSettings:
+    stale_after_s: float
+    in_flight_ttl_s: float
+    tick_s: float
+    positions_interval_s: float
+    leader_ttl_ms: int
+    max_per_tick: int = 64
+    """Dispatches per tick before the lock is renewed and the statistics re-read."""
+    max_positions: int = 1000
+    """Queue positions are computed for at most this many runs (the rest have none)."""
+    rate_window_s: float = 60.0
+    """Window of the dispatch rate that turns a queue position into an estimated wait."""
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        *,
+        store: SchedulerStore,
+        policy: FairPolicy,
+        gate: GatePolicy,
+        settings: DispatcherSettings,
+        stats: Callable[[], list[EngineSample]],
+        send: Callable[[QueuedRun], None],
+        on_positions: Callable[[dict[int, Position]], None] | None = None,
+        clock: Callable[[], float] = time.time,
+        use_leader_lock: bool = True,
+    ) -> None:
+        self.store = store
+        self.policy = policy
+        self.gate = gate
+        self.settings = settings
+        self.stats = stats
+        self.send = send
+        self.on_positions = on_positions
+        self.clock = clock
+        self.use_leader_lock = use_leader_lock
+        self.token = store.new_lock_token()
+        self._dispatch_times: deque[float] = deque()
+        self._last_positions_at = float("-inf")
+        self._positions: dict[int, Position] = {}
+        self.last_load: EngineLoad | None = None
+
+    # -- one tick ----------------------------------------------------------------------------------
+
+    def current_load(self) -> EngineLoad:
+        now = self.clock()
+        fresh, oldest = aggregate(self.stats(), now=now, stale_after_s=self.settings.stale_after_s)
+        in_flight, recent = self.store.in_flight(now=now, ttl_s=self.settings.in_flight_ttl_s, since=oldest)
+        return engine_load(fresh, in_flight=in_flight, dispatched_since_stats=recent if oldest is not None else 0)
+
+    def tick(self) -> list[QueuedRun]:
+        """Dispatches what the gate allows now; returns the runs sent."""
+        if self.use_leader_lock and not self.store.acquire_or_renew_leadership(
+            self.token, ttl_ms=self.settings.leader_ttl_ms
+        ):
+            return []
+        self.policy.load_dict(self.store.load_policy())
+        load = self.current_load()
+        self.last_load = load
+        sent: list[QueuedRun] = []
+        attempts = 0
+        while len(sent) < self.settings.max_per_tick and attempts < 2 * self.settings.max_per_tick:
+            attempts += 1
+            heads = self.store.heads()
+            self.policy.sync(heads)
+            run = self.policy.choose(heads, functools.partial(self._admits, load=load))
+            if run is None:
+                break
+            if not self.store.claim(run, now=self.clock()):
+                continue  # another dispatcher or a cancel took it: read the heads again
+            try:
+                self.send(run)
+            except Exception:
+                logger.exception("sending run %s failed; it goes back to its queue", run.run_id)
+                self.store.remove(run.run_id)
+                self.store.push(run)
+                break
+            self.policy.charge(run, heads)
+            sent.append(run)
+            self._dispatch_times.append(self.clock())
+            load = EngineLoad(
+                fresh=load.fresh,
+                slots=load.slots,
+                running=load.running,
+                waiting=load.waiting,
+                tpot_s=load.tpot_s,
+                in_flight=load.in_flight + 1,
+                dispatched_since_stats=load.dispatched_since_stats + 1,
+            )
+        self.store.save_policy(self.policy.to_dict())
+        if self.clock() - self._last_positions_at >= self.settings.positions_interval_s:
+            self.refresh_positions()
+        return sent
+
+    def _admits(self, tier: str, *, load: EngineLoad) -> bool:
+        return self.gate.admits(tier, load)
+
+    def dispatch_rate(self) -> float:
+        now = self.clock()
+        window = self.settings.rate_window_s
+        while self._dispatch_times and self._dispatch_times[0] < now - window:
+            self._dispatch_times.popleft()
+        if not self._dispatch_times:
+            return 0.0
+        span = max(now - self._dispatch_times[0], window / 4)
+        return len(self._dispatch_times) / span
+
+    def refresh_positions(self) -> dict[int, Position]:
+        """Recomputes every queued run's position and wait; reports those that changed to ``on_positions``."""
+        self._last_positions_at = self.clock()
+        queues = self.store.all_queued()
+        self.policy.sync(queues.heads())
+        order = forecast_order(self.policy, queues, self.settings.max_positions)
+        rate = self.dispatch_rate()
+        self.store.write_rate(rate)
+        positions = {
+            run.run_id: Position(queue_position=i, estimated_wait_s=round(i / rate, 1) if rate > 0 else None)
+            for i, run in enumerate(order, start=1)
+        }
+        self.store.write_positions(positions)
+        changed = {rid: p for rid, p in positions.items() if self._positions.get(rid) != p}
+        self._positions = positions
+        if changed and self.on_positions is not None:
+            try:
+                self.on_positions(changed)
+            except Exception:
+                logger.exception("reporting queue positions failed")
+        return changed
+
+    # -- the loop ----------------------------------------------------------------------------------
+
+    def run_forever(self, stop: threading.Event) -> None:
+        logger.info("dispatcher %s started", self.token[:8])
+        try:
+            while not stop.is_set():
+                try:
+                    sent = self.tick()
+                except Exception:
+                    logger.exception("dispatcher tick failed")
+                    sent = []
+                if not sent:
+                    stop.wait(self.settings.tick_s)
+        finally:
+            if self.use_leader_lock:
+                self.store.release_leadership(self.token)

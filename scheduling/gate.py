@@ -1,0 +1,108 @@
+"""Engine backpressure: may a run of a given tier be sent to the workers now?
+
+The dispatcher keeps the Celery queues short so the order the policy decides is the order served. It sends
+a run only while the workers' heartbeats show room: vLLM's waiting requests below a per-tier threshold and
+the recent time per output token below a per-tier limit. Runs dispatched after the newest heartbeat was
+taken count as load too (they are on their way). Without fresh statistics it does not halt: it falls back
+to a cap on the runs in flight (dispatched and not yet ended).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TierGate:
+    """Backpressure thresholds of one tier (stricter for lower tiers, so higher tiers keep headroom)."""
+
+    max_waiting: int
+    """Dispatch while the engines' waiting requests (plus runs just dispatched beyond the free slots) are below this."""
+    max_tpot_s: float
+    """Dispatch while the workers' recent time per output token is at most this many seconds."""
+    only_when_idle: bool = False
+    """Dispatch only when the engines are idle (batch): nothing waiting and few slots busy."""
+
+
+@dataclass(frozen=True)
+class EngineSample:
+    """One worker's reported load (from its heartbeat)."""
+
+    slots: int
+    running: int
+    waiting: int
+    tpot_s: float | None
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class EngineLoad:
+    """The load of all workers together, as the gate sees it."""
+
+    fresh: bool
+    """At least one worker reported within the staleness bound."""
+    slots: int
+    running: int
+    waiting: int
+    tpot_s: float | None
+    """The worst recent time per output token among the fresh workers."""
+    in_flight: int
+    """Runs dispatched and not yet ended (the scheduler's own count; the fallback cap applies to it)."""
+    dispatched_since_stats: int
+    """Runs dispatched after the oldest fresh heartbeat was written (not yet visible in the statistics)."""
+
+    @property
+    def effective_running(self) -> int:
+        return min(self.slots, self.running + self.waiting + self.dispatched_since_stats)
+
+    @property
+    def effective_waiting(self) -> int:
+        return max(0, self.running + self.waiting + self.dispatched_since_stats - self.slots)
+
+
+def aggregate(
+    samples: Iterable[EngineSample], *, now: float, stale_after_s: float
+) -> tuple[list[EngineSample], float | None]:
+    """The fresh samples and the oldest fresh ``updated_at`` (None when no worker reported lately)."""
+    fresh = [s for s in samples if now - s.updated_at <= stale_after_s]
+    return fresh, (min(s.updated_at for s in fresh) if fresh else None)
+
+
+def engine_load(fresh: list[EngineSample], *, in_flight: int, dispatched_since_stats: int) -> EngineLoad:
+    tpots = [s.tpot_s for s in fresh if s.tpot_s is not None]
+    return EngineLoad(
+        fresh=bool(fresh),
+        slots=sum(s.slots for s in fresh),
+        running=sum(s.running for s in fresh),
+        waiting=sum(s.waiting for s in fresh),
+        tpot_s=max(tpots) if tpots else None,
+        in_flight=in_flight,
+        dispatched_since_stats=dispatched_since_stats,
+    )
+
+
+@dataclass(frozen=True)
+class GatePolicy:
+    gates: dict[str, TierGate]
+    fallback_max_in_flight: int
+    """Without fresh statistics: dispatch while fewer runs than this are in flight."""
+    idle_running_fraction: float
+    """The engines count as idle while nothing waits and at most this fraction of the slots is busy."""
+
+    def admits(self, tier: str, load: EngineLoad) -> bool:
+        gate = self.gates[tier]
+        if not load.fresh:
+            cap = self.fallback_max_in_flight
+            if gate.only_when_idle:
+                cap = max(1, int(cap * self.idle_running_fraction))
+            return load.in_flight < cap
+        if load.effective_waiting >= gate.max_waiting:
+            return False
+        if load.tpot_s is not None and load.tpot_s > gate.max_tpot_s:
+            return False
+        if gate.only_when_idle:
+            return load.effective_waiting == 0 and load.effective_running < max(
+                1, int(load.slots * self.idle_running_fraction)
+            )
+        return True

@@ -1,0 +1,236 @@
+"""The Redis queue store and the dispatcher loop, with fake engine statistics and a fake sender."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import pytest
+import redis
+
+from scheduling.dispatcher import Dispatcher, DispatcherSettings
+from scheduling.gate import EngineSample, GatePolicy, TierGate
+from scheduling.policy import FairPolicy, QueuedRun, TierSpec
+from scheduling.store import SchedulerStore
+
+TIERS = ["pro", "plus", "free", "batch"]
+SPECS = [
+    TierSpec("pro", 0),
+    TierSpec("plus", 1, share_floor=0.2),
+    TierSpec("free", 2, share_floor=0.1),
+    TierSpec("batch", 3),
+]
+GATE = GatePolicy(
+    gates={
+        "pro": TierGate(max_waiting=4, max_tpot_s=2.0),
+        "plus": TierGate(max_waiting=2, max_tpot_s=1.0),
+        "free": TierGate(max_waiting=1, max_tpot_s=0.75),
+        "batch": TierGate(max_waiting=1, max_tpot_s=0.5, only_when_idle=True),
+    },
+    fallback_max_in_flight=3,
+    idle_running_fraction=0.5,
+)
+SETTINGS = DispatcherSettings(
+    stale_after_s=5.0, in_flight_ttl_s=3600, tick_s=0.001, positions_interval_s=0.0, leader_ttl_ms=5000
+)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def store(clean_redis: redis.Redis) -> SchedulerStore:
+    return SchedulerStore(clean_redis, tiers=TIERS)
+
+
+def make_dispatcher(
+    store: SchedulerStore, samples: list[EngineSample], sent: list[QueuedRun], clock: FakeClock, **kwargs
+) -> Dispatcher:
+    return Dispatcher(
+        store=store,
+        policy=FairPolicy(SPECS),
+        gate=GATE,
+        settings=SETTINGS,
+        stats=lambda: samples,
+        send=sent.append,
+        clock=clock,
+        **kwargs,
+    )
+
+
+def q(run_id: int, user: int, tier: str = "free", cost: int = 100) -> QueuedRun:
+    return QueuedRun(run_id=run_id, user_id=user, tier=tier, cost=cost, enqueued_at=float(run_id))
+
+
+def test_push_claim_remove(store: SchedulerStore) -> None:
+    assert store.push(q(1, 10)) and not store.push(q(1, 10))  # idempotent
+    store.push(q(2, 10))
+    store.push(q(3, 11, tier="pro"))
+    assert store.queue_depth("free") == 2
+    heads = store.heads()
+    assert {t: {u: r.run_id for u, r in users.items()} for t, users in heads.items()} == {
+        "free": {10: 1},
+        "pro": {11: 3},
+    }
+    assert not store.claim(q(2, 10))  # not the head
+    assert store.claim(q(1, 10)) and not store.claim(q(1, 10))
+    assert store.in_flight(now=2e9, ttl_s=1e10) == (1, 0)
+    assert store.remove(2) == 1  # a queued run leaves the queue at once
+    assert store.heads() == {"pro": {11: q(3, 11, tier="pro")}}
+    assert store.queue_depth("free") == 0
+    assert store.remove(1) == 2 and store.remove(1) == 0  # the in-flight one ended
+
+
+def test_dispatch_follows_the_policy_and_marks_runs_in_flight(store: SchedulerStore) -> None:
+    clock, sent = FakeClock(), []
+    for i in range(4):
+        store.push(q(100 + i, 1))
+    store.push(q(200, 2))
+    samples = [EngineSample(slots=32, running=0, waiting=0, tpot_s=None, updated_at=clock.now)]
+    d = make_dispatcher(store, samples, sent, clock)
+    d.tick()
+    assert [r.user_id for r in sent[:3]] == [1, 2, 1]
+    # Runs dispatched after the heartbeat count as load: 5 in flight < 32 slots, so all went.
+    assert len(sent) == 5 and store.in_flight(now=clock.now, ttl_s=3600, since=clock.now) == (5, 5)
+
+
+def test_dispatch_is_gated_on_engine_statistics(store: SchedulerStore) -> None:
+    clock, sent = FakeClock(), []
+    for i in range(10):
+        store.push(q(i + 1, 1))
+    samples = [EngineSample(slots=4, running=4, waiting=1, tpot_s=0.2, updated_at=clock.now)]
+    d = make_dispatcher(store, samples, sent, clock)
+    assert d.tick() == []  # free tier waits while anything is waiting in the engine
+    samples[0] = EngineSample(slots=4, running=2, waiting=0, tpot_s=0.2, updated_at=clock.now)
+    assert len(d.tick()) == 3  # two free slots, then one more while nothing waits (max_waiting=1)
+    clock.now += 0.5
+    samples[0] = EngineSample(slots=4, running=0, waiting=0, tpot_s=0.9, updated_at=clock.now)
+    assert d.tick() == []  # too slow per output token for the free tier
+
+
+def test_stale_statistics_fall_back_to_the_in_flight_cap(store: SchedulerStore) -> None:
+    clock, sent = FakeClock(), []
+    for i in range(10):
+        store.push(q(i + 1, 1))
+    samples = [EngineSample(slots=32, running=0, waiting=0, tpot_s=None, updated_at=clock.now - 60)]
+    d = make_dispatcher(store, samples, sent, clock)
+    assert len(d.tick()) == 3  # fallback cap, not a halt
+    assert d.last_load is not None and not d.last_load.fresh
+    assert d.tick() == []
+    store.remove(sent[0].run_id)  # one run ended
+    assert len(d.tick()) == 1
+    # No heartbeat at all behaves the same.
+    d2 = make_dispatcher(store, [], sent, clock)
+    assert d2.tick() == [] and d2.last_load is None  # the first dispatcher still leads
+    store.release_leadership(d.token)
+    assert d2.tick() == [] and d2.last_load is not None and not d2.last_load.fresh
+
+
+def test_batch_is_dispatched_only_when_the_engines_are_idle(store: SchedulerStore) -> None:
+    clock, sent = FakeClock(), []
+    for i in range(6):
+        store.push(q(i + 1, 1, tier="batch"))
+    samples = [EngineSample(slots=8, running=5, waiting=0, tpot_s=0.2, updated_at=clock.now)]
+    d = make_dispatcher(store, samples, sent, clock)
+    assert d.tick() == []
+    samples[0] = EngineSample(slots=8, running=1, waiting=0, tpot_s=0.2, updated_at=clock.now)
+    assert len(d.tick()) == 3  # up to half the slots busy
+
+
+def test_runs_cancelled_while_queued_are_never_dispatched(store: SchedulerStore) -> None:
+    clock, sent = FakeClock(), []
+    for i in range(4):
+        store.push(q(i + 1, 1))
+    store.remove(2)
+    samples = [EngineSample(slots=32, running=0, waiting=0, tpot_s=None, updated_at=clock.now)]
+    make_dispatcher(store, samples, sent, clock).tick()
+    assert [r.run_id for r in sent] == [1, 3, 4]
+
+
+def test_send_failure_puts_the_run_back(store: SchedulerStore) -> None:
+    clock = FakeClock()
+    store.push(q(1, 1))
+
+    def broken(_run: QueuedRun) -> None:
+        raise ConnectionError("broker down")
+
+    d = Dispatcher(
+        store=store, policy=FairPolicy(SPECS), gate=GATE, settings=SETTINGS, stats=lambda: [], send=broken, clock=clock
+    )
+    assert d.tick() == []
+    assert store.queue_depth("free") == 1 and store.in_flight(now=clock.now, ttl_s=3600)[0] == 0
+
+
+def test_queue_positions_and_estimated_wait(store: SchedulerStore) -> None:
+    clock, sent, reported = FakeClock(), [], []
+    for i in range(3):
+        store.push(q(i + 1, 1))
+    store.push(q(9, 2, tier="pro"))
+    d = make_dispatcher(store, [], sent, clock)  # no stats and cap 3: one run stays queued
+    d.on_positions = reported.append
+    store.client.zadd("sched:inflight", {"900": clock.now, "901": clock.now})
+    d.tick()
+    assert [r.run_id for r in sent] == [9]
+    assert [store.position(i).queue_position for i in (1, 2, 3)] == [1, 2, 3]
+    assert store.position(9) is None  # dispatched
+    assert set(reported[-1]) == {1, 2, 3}
+    # One dispatch seen in the rate window (at least a quarter of 60 s): 1/15 runs per second.
+    assert [store.position(i).estimated_wait_s for i in (1, 3)] == [15.0, 45.0]
+    # Unchanged positions are not reported again.
+    reported.clear()
+    d.refresh_positions()
+    assert reported == []
+
+
+@pytest.mark.parametrize("use_lock", [True, False])
+def test_two_dispatchers_never_dispatch_the_same_run(store: SchedulerStore, use_lock: bool) -> None:
+    runs = [q(i + 1, user=i % 7, tier=TIERS[i % 3]) for i in range(300)]
+    for r in runs:
+        store.push(r)
+    sent: list[QueuedRun] = []
+    lock = threading.Lock()
+
+    def send(run: QueuedRun) -> None:
+        with lock:
+            sent.append(run)
+
+    big = [EngineSample(slots=100_000, running=0, waiting=0, tpot_s=None, updated_at=9e9)]
+    settings = DispatcherSettings(
+        stale_after_s=1e12,
+        in_flight_ttl_s=1e12,
+        tick_s=0.001,
+        positions_interval_s=1e9,
+        leader_ttl_ms=200,
+        max_per_tick=5,
+    )
+    dispatchers = [
+        Dispatcher(
+            store=SchedulerStore(store.client, tiers=TIERS),
+            policy=FairPolicy(SPECS),
+            gate=GATE,
+            settings=settings,
+            stats=lambda: big,
+            send=send,
+            use_leader_lock=use_lock,
+        )
+        for _ in range(2)
+    ]
+    stop = threading.Event()
+    threads = [threading.Thread(target=d.run_forever, args=(stop,)) for d in dispatchers]
+    for t in threads:
+        t.start()
+    for _ in range(500):
+        if len(sent) >= len(runs):
+            break
+        stop.wait(0.02)
+    stop.set()
+    for t in threads:
+        t.join(timeout=10)
+    counts = Counter(r.run_id for r in sent)
+    assert len(sent) == len(runs)
+    assert max(counts.values()) == 1
