@@ -21,5 +21,9 @@ trap cleanup INT TERM EXIT
 .venv/bin/uvicorn chatproject.asgi:application --host 127.0.0.1 --port "$PORT" --log-level info &
 pids+=($!)
 
+# The fair scheduler: moves admitted runs into the Celery tier queues while the engines have room.
+$PY manage.py run_dispatcher &
+pids+=($!)
+
 echo "web: http://127.0.0.1:$PORT  (API docs: http://127.0.0.1:$PORT/api/docs/)"
 wait -n
