@@ -7,11 +7,13 @@ test writes. Screenshots land in ``artifacts/screenshots/``.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -22,6 +24,7 @@ from urllib.parse import quote
 
 import pytest
 from django.conf import settings
+from django.core.management import get_commands
 from django.db import connection
 
 from accounts.models import User
@@ -127,6 +130,47 @@ def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30) -
     raise RuntimeError(f"{url} did not answer within {timeout_s} s")
 
 
+def _wait_log(name: str, proc: subprocess.Popen[bytes], marker: str, timeout_s: float) -> None:
+    path = LOGS / f"{name}.log"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} process exited with {proc.returncode}; see {path}")
+        if marker in path.read_text(errors="replace"):
+            return
+        time.sleep(0.3)
+    raise RuntimeError(f"{name} did not log {marker!r} within {timeout_s} s; see {path}")
+
+
+def _warm_up(base_url: str, *, with_worker: bool) -> None:
+    """One prompt through the whole stack before the tests: the web process loads the tokenizer on first
+    use (seconds on a small CPU) and the worker its engine; no test should pay for that in its timeouts."""
+    from rest_framework.authtoken.models import Token
+
+    from runs.models import TERMINAL_STATUSES, Run
+    from tests.factories import ChatFactory, UserFactory
+
+    user = UserFactory(username="ui-warm-up")
+    chat = ChatFactory(owner=user)
+    token = Token.objects.create(user=user)
+    request = urllib.request.Request(
+        f"{base_url}/api/chats/{chat.pk}/messages",
+        data=json.dumps({"content": "warm up", "max_tokens": 4}).encode(),
+        headers={"Authorization": f"Token {token.key}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            run_id = json.load(response)["run"]["id"]
+        deadline = time.monotonic() + 60
+        while with_worker and time.monotonic() < deadline:
+            if Run.objects.filter(pk=run_id, status__in=TERMINAL_STATUSES).exists():
+                break
+            time.sleep(0.2)
+    finally:
+        user.delete()
+
+
 def _worker_argv() -> list[str] | None:
     """The worker command, once the worker app exists (see inference_workers)."""
     try:
@@ -178,8 +222,17 @@ def live_stack(django_db_setup: None, django_db_blocker: object) -> Iterator[Liv
         worker = _worker_argv()
         if worker:
             processes["worker"] = _spawn("worker", worker, env)
+            if "run_dispatcher" in get_commands():
+                # Admitted runs wait in the scheduler's queues until the dispatcher hands them to Celery.
+                processes["dispatcher"] = _spawn(
+                    "dispatcher", [sys.executable, str(ROOT / "manage.py"), "run_dispatcher"], env
+                )
         base_url = f"http://127.0.0.1:{port}"
         _wait_http(base_url + "/healthz", processes["web"])
+        if "worker" in processes:
+            _wait_log("worker", processes["worker"], "ready.", timeout_s=90)
+        with django_db_blocker.unblock():  # type: ignore[attr-defined]
+            _warm_up(base_url, with_worker="worker" in processes)
         yield LiveStack(base_url=base_url, processes=processes)
     finally:
         for proc in processes.values():
@@ -243,6 +296,7 @@ def page(context: object, request: pytest.FixtureRequest) -> Iterator[object]:
     yield pg
     if getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed:
         shoot(pg, f"{request.node.name}-FAILED")
+    assert pg.js_errors == [], f"uncaught errors in the page: {pg.js_errors}"
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -166,7 +166,7 @@ def test_enter_sends_shift_enter_breaks_line(page: Page, login) -> None:
     expect(page).to_have_url(re.compile(rf"/c/{chat.pk}$"))
     expect(page.locator("#chat-list .chat-link").first).to_have_text("first line")
     # One answer at a time per chat: the Stop button replaces Send while the run is unfinished.
-    expect(page.get_by_role("button", name="Stop")).to_be_visible()
+    expect(page.get_by_role("button", name="Stop", exact=True)).to_be_visible()
 
 
 def test_busy_answer_shows_retry_countdown_and_retry_works(page: Page, login, screenshot) -> None:
@@ -234,3 +234,48 @@ def test_phone_layout_sidebar_is_a_drawer(browser, live_stack, login, screenshot
         expect(page.locator("#chat-title")).to_have_text("on the phone")
     finally:
         context.close()
+
+
+def _fake_stream(page: Page, body: str) -> None:
+    """Answers the run's SSE stream with fixed events (the real stream has its own tests in tests/runs)."""
+    page.route(
+        re.compile(r".*/api/runs/\d+/stream.*"),
+        lambda route: route.fulfill(status=200, headers={"Content-Type": "text/event-stream"}, body=body),
+    )
+
+
+def test_queued_run_shows_position_and_estimated_wait(page: Page, login, screenshot) -> None:
+    user = UserFactory()
+    login(user)
+    _fake_stream(
+        page,
+        'event: status\ndata: {"status": "queued", "queue_position": 3, "estimated_wait_s": 12}\n\n',
+    )
+    page.goto("/")
+    prompt = page.get_by_role("textbox", name="Message")
+    prompt.fill("wait your turn")
+    prompt.press("Enter")
+    bubble = page.locator("#message-list .message-assistant[data-run-id]").last
+    expect(bubble.locator(".message-meta")).to_have_text("Queued · position 3 · about 12 s to wait")
+    expect(page.locator("#run-status")).to_have_text("Queued · position 3 · about 12 s to wait")
+    expect(page.get_by_role("button", name="Stop", exact=True)).to_be_visible()
+    screenshot(page, "queued")
+
+
+def test_stream_error_is_shown_plainly(page: Page, login) -> None:
+    user = UserFactory()
+    login(user)
+    _fake_stream(
+        page,
+        'id: 1\nevent: delta\ndata: {"text": "Half an ans"}\n\n'
+        'id: 2\nevent: error\ndata: {"code": "generation_failed", "message": "The engine stopped."}\n\n',
+    )
+    page.goto("/")
+    prompt = page.get_by_role("textbox", name="Message")
+    prompt.fill("this one fails")
+    prompt.press("Enter")
+    bubble = page.locator("#message-list .message-assistant[data-run-id]").last
+    expect(bubble).to_have_attribute("data-status", "failed")
+    expect(bubble.locator(".message-body")).to_have_text("Half an ans")
+    expect(page.get_by_role("alert")).to_have_text("Failed: The engine stopped.")
+    expect(page.get_by_role("button", name="Send", exact=True)).to_be_visible()

@@ -383,9 +383,9 @@ async function loadOlderMessages() {
   state.msgsLoading = true;
   ui.messagesStatus.textContent = ui.messageList.childElementCount ? "Loading earlier messages…" : "Loading…";
   let page;
+  const query = new URLSearchParams({ limit: String(MESSAGE_PAGE) });
+  if (state.msgCursor) query.set("cursor", state.msgCursor);
   try {
-    const query = new URLSearchParams({ limit: String(MESSAGE_PAGE) });
-    if (state.msgCursor) query.set("cursor", state.msgCursor);
     page = await api("GET", `/api/chats/${chatId}/messages?${query}`);
   } catch (error) {
     if (openToken === state.openToken) ui.messagesStatus.textContent = `Could not load messages: ${error.message}`;
@@ -402,7 +402,8 @@ async function loadOlderMessages() {
   box.scrollTop = box.scrollHeight - fromBottom;
   state.msgCursor = page.next_cursor;
   state.msgsDone = !page.next_cursor;
-  ui.messagesStatus.textContent = state.msgsDone && ui.messageList.childElementCount > 0 ? "Start of the conversation" : "";
+  const pagedBack = Boolean(query.get("cursor"));
+  ui.messagesStatus.textContent = state.msgsDone && pagedBack ? "Start of the conversation" : "";
   updateEmptyState();
   return page;
 }
@@ -569,6 +570,7 @@ function startRun(run) {
     finished: false,
     renderQueued: false,
     connectionLost: false,
+    lostTimer: null,
     status: run.status,
   };
   state.run = view;
@@ -593,6 +595,8 @@ function connectStream(view) {
 function onConnection(view, connection) {
   if (view.finished) return;
   if (connection === "open") {
+    clearTimeout(view.lostTimer);
+    view.lostTimer = null;
     if (view.connectionLost) {
       view.connectionLost = false;
       showRunState(view, view.status);
@@ -600,18 +604,26 @@ function onConnection(view, connection) {
     }
     return;
   }
-  if (!view.connectionLost) {
+  // The stream gave up (an error status, or 204: nothing more to send): the run may be over already.
+  if (connection === "retrying") pollRun(view, { force: true });
+  // A connection the server closed is usually back within a moment: say so only if it stays down.
+  if (view.connectionLost || view.lostTimer) return;
+  view.lostTimer = setTimeout(() => {
+    view.lostTimer = null;
+    if (view.finished || view.connectionLost) return;
+    const open = view.stream && view.stream.source && view.stream.source.readyState === EventSource.OPEN;
+    if (open) return;
     view.connectionLost = true;
     view.meta.textContent = "Connection lost: reconnecting…";
     setRunStatus("Connection lost: reconnecting…");
-  }
+  }, 2000);
 }
 
 function onRunEvent(view, name, data, lastEventId) {
   if (view.finished) return;
   view.lastActivity = Date.now();
   if (name !== "stream-error") view.lastEventId = lastEventId;
-  if (view.connectionLost) onConnection(view, "open");
+  if (view.connectionLost || view.lostTimer) onConnection(view, "open");
   switch (name) {
     case "delta":
       view.text += typeof data.text === "string" ? data.text : "";
@@ -678,6 +690,7 @@ function finishRun(view, { status, finishReason, messageId, text, error }) {
   view.finished = true;
   if (view.stream) view.stream.close();
   clearInterval(view.pollTimer);
+  clearTimeout(view.lostTimer);
   if (typeof text === "string") view.text = text;
   renderMarkdown(view.body, view.text);
   view.body.setAttribute("aria-busy", "false");
@@ -708,6 +721,7 @@ function detachRun() {
   if (!view) return;
   if (view.stream) view.stream.close();
   clearInterval(view.pollTimer);
+  clearTimeout(view.lostTimer);
   saveProgress(view);
   view.finished = true;
   state.run = null;
@@ -748,6 +762,7 @@ async function send() {
   clearAlert();
   state.sending = true;
   ui.send.disabled = true;
+  setRunStatus("Sending…");
   try {
     let chatId = state.chatId;
     if (!chatId) {
@@ -780,6 +795,7 @@ async function send() {
   } finally {
     state.sending = false;
     ui.send.disabled = false;
+    if (ui.runStatus.textContent === "Sending…") setRunStatus("");
   }
 }
 

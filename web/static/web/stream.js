@@ -3,8 +3,9 @@
 // Events: delta {text}, status {status, queue_position?, estimated_wait_s?}, reset (drop the partial text:
 // generation restarted), done {message_id, finish_reason, usage, status}, error {code, message}. Every
 // event carries an integer `id:`. The browser's EventSource reconnects by itself after a dropped
-// connection, sending Last-Event-ID; when it gives up (readyState CLOSED, e.g. the server answered an
-// error status) we reconnect ourselves with `?lastEventId=` and a growing delay. Events at or below the
+// connection, sending Last-Event-ID; when it gives up (readyState CLOSED: the server answered an error
+// status, or 204 because the stream is already complete) we reconnect ourselves with `?lastEventId=` and a
+// growing delay, and tell the app ("retrying") so it can check the run's state. Events at or below the
 // last id seen are ignored, so a replay never duplicates text.
 
 const EVENTS = ["delta", "status", "reset", "done"];
@@ -71,8 +72,10 @@ export class RunStream {
     if (this.closed) return;
     const id = Number.parseInt(event.lastEventId, 10);
     if (!unnumbered && Number.isFinite(id)) {
-      if (id <= this.lastEventId) return;
-      this.lastEventId = id;
+      // A `status` built from Postgres has no id of its own (the browser repeats the previous one): never
+      // drop it. Any other event at or below the last id is a replay we already applied.
+      if (id > this.lastEventId) this.lastEventId = id;
+      else if (name !== "status") return;
     }
     let data = {};
     try {
