@@ -108,7 +108,7 @@ def chat_summary_is_due(*, chat: Chat) -> bool:
 # Writing the summary
 
 
-def _transcript_line(role: str, content: str) -> str:
+def transcript_line(role: str, content: str) -> str:
     return f"{'User' if role == MessageRole.USER else 'Assistant'}: {content.strip()}"
 
 
@@ -162,32 +162,45 @@ def _truncate(text: str, max_tokens: int) -> str:
     return str(tokenizer.decode(ids[: max(1, max_tokens - 1)])) + "…"
 
 
+def fold_into_summary(*, previous_summary: str, lines: Sequence[str], generate: TextGenerator) -> str:
+    """The model's summary of ``previous_summary`` followed by the transcript ``lines``.
+
+    The lines go in chunks whose prompts fit the engine's window (leaving room for the summary); each chunk
+    is folded into the summary the previous one produced.
+    """
+    from chats.context import rendered_token_count
+    from inference_workers.tokenizer import apply_chat_template, count_tokens
+
+    config = settings.CONTEXT
+    input_budget = settings.ENGINE.max_model_len - config.summary_max_tokens
+    summary = previous_summary
+    for chunk in _fit_chunks(lines, previous_summary=summary, input_budget=input_budget, count_tokens=count_tokens):
+        messages = summary_prompt_messages(previous_summary=summary, transcript=chunk)
+        if rendered_token_count(messages) > input_budget:  # a previous summary that ran long: restart from it
+            messages = summary_prompt_messages(previous_summary="", transcript=chunk)
+        summary = generate(apply_chat_template(messages), config.summary_max_tokens).strip() or summary
+    return summary
+
+
 def chat_summary_refresh(*, chat_id: int, generate: TextGenerator) -> bool:
     """Folds the chat's older unsummarized turns into its summary; True if a new summary was stored.
 
     Runs outside any transaction while the model writes (seconds); the result is stored only if the summary
     has not moved meanwhile (compare-and-set on ``summary_through``), so a duplicate task cannot regress it.
     """
-    from chats.context import rendered_token_count
-    from inference_workers.tokenizer import apply_chat_template, count_tokens
-
     chat = Chat.objects.select_related("owner__tier").get(pk=chat_id)
     if not chat_summary_is_due(chat=chat):
         return False
-    config = settings.CONTEXT
     rows = list(Message.objects.filter(_unsummarized(chat)).order_by("id").values_list("id", "role", "content"))
-    split = fold_split([role for _, role, _ in rows], keep_recent_turns=config.summary_keep_recent_turns)
+    split = fold_split([role for _, role, _ in rows], keep_recent_turns=settings.CONTEXT.summary_keep_recent_turns)
     if split == 0:
         return False
     folded = rows[:split]
-    input_budget = settings.ENGINE.max_model_len - config.summary_max_tokens
-    summary = chat.summary
-    lines = [_transcript_line(role, content) for _, role, content in folded]
-    for chunk in _fit_chunks(lines, previous_summary=summary, input_budget=input_budget, count_tokens=count_tokens):
-        messages = summary_prompt_messages(previous_summary=summary, transcript=chunk)
-        if rendered_token_count(messages) > input_budget:  # a previous summary that ran long: restart from it
-            messages = summary_prompt_messages(previous_summary="", transcript=chunk)
-        summary = generate(apply_chat_template(messages), config.summary_max_tokens).strip() or summary
+    summary = fold_into_summary(
+        previous_summary=chat.summary,
+        lines=[transcript_line(role, content) for _, role, content in folded],
+        generate=generate,
+    )
     through_id = folded[-1][0]
     updated = Chat.objects.filter(pk=chat.pk, summary_through_id=chat.summary_through_id).update(
         summary=summary, summary_through_id=through_id
