@@ -2,15 +2,17 @@
 """Prints the README's "Configuration" table: every environment variable the settings read, with its default.
 
 Reads ``chatproject/config.py`` (typed dataclasses; each field's docstring is its description) and
-``chatproject/settings/base.py`` (the Django settings) with ``ast``, so nothing is imported and nothing drifts:
-`python scripts/config_table.py` after adding a variable, and paste the output into README.md.
-``tests/chatproject/test_readme.py`` fails while a variable is missing from the README.
+``chatproject/settings/base.py`` (the Django settings) with ``ast``, so nothing is imported and nothing drifts.
+After adding a variable run ``python scripts/config_table.py --write``: it rewrites the table in README.md
+(without ``--write`` it prints the table). ``tests/chatproject/test_project_files.py`` fails while a variable is
+missing from the README.
 """
 
 from __future__ import annotations
 
 import ast
 import itertools
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -156,5 +158,18 @@ def markdown_table() -> str:
     return "\n".join(rows)
 
 
+def write_readme(readme: Path = ROOT / "README.md") -> None:
+    """Replaces the table under README's "Configuration" heading (the first table after it) in place."""
+    lines = readme.read_text().splitlines(keepends=True)
+    heading = next(i for i, line in enumerate(lines) if line.startswith("## Configuration"))
+    start = next(i for i in range(heading, len(lines)) if lines[i].startswith("| variable |"))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    lines[start:end] = [markdown_table() + "\n"]
+    readme.write_text("".join(lines))
+
+
 if __name__ == "__main__":
-    print(markdown_table())
+    if sys.argv[1:] == ["--write"]:
+        write_readme()
+    else:
+        print(markdown_table())
