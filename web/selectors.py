@@ -2,23 +2,48 @@
 
 from __future__ import annotations
 
+import logging
+import math
 from dataclasses import dataclass
 
-from accounts.models import Tier, User
+import redis
+
+from accounts.limits import EffectiveLimits, user_limits
+from accounts.models import User
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class AccountSummary:
     user: User
-    tier: Tier
+    limits: EffectiveLimits
+    """The tier's limits with the user's overrides applied."""
     remaining_tokens: int | None
-    """Tokens left in the user's bucket now; ``None`` where admission keeps no bucket for the user yet."""
+    """Tokens in the user's admission bucket now (it refills over time); ``None`` when Redis cannot say."""
 
 
-def remaining_budget(*, user: User) -> int | None:
-    """The user's remaining token budget as the admission module sees it, if it exposes one."""
-    return None
+def remaining_budget(*, user: User, limits: EffectiveLimits) -> int | None:
+    """The user's token bucket as admission sees it now (read only: refilled, not written back)."""
+    from runs.admission import get_admission
+    from scheduling.admission import Limits
+
+    try:
+        tokens = get_admission().bucket_tokens(
+            user_id=user.pk,
+            limits=Limits(
+                bucket_capacity_tokens=limits.bucket_capacity_tokens,
+                bucket_refill_per_s=limits.bucket_refill_per_s,
+                max_concurrent_runs=limits.max_concurrent_runs,
+                queue_depth_limit=limits.queue_depth_limit,
+            ),
+        )
+    except redis.RedisError:
+        logger.warning("cannot read the token bucket of user %s", user.pk, exc_info=True)
+        return None
+    return max(0, math.floor(tokens))
 
 
 def account_summary(*, user: User) -> AccountSummary:
-    return AccountSummary(user=user, tier=user.tier, remaining_tokens=remaining_budget(user=user))
+    limits = user_limits(user=user)
+    return AccountSummary(user=user, limits=limits, remaining_tokens=remaining_budget(user=user, limits=limits))

@@ -9,7 +9,7 @@ from rest_framework.test import APIClient
 from runs.models import RunStatus
 from tests.factories import ChatFactory, RunFactory
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_me_returns_username_tier_and_limits(api: APIClient, user) -> None:
@@ -17,10 +17,21 @@ def test_me_returns_username_tier_and_limits(api: APIClient, user) -> None:
     assert resp.status_code == 200
     body = resp.json()
     assert body["username"] == user.username
-    assert body["tier"]["name"] == user.tier.name
-    assert body["tier"]["max_output_tokens"] == user.tier.max_output_tokens
-    assert body["tier"]["bucket_capacity_tokens"] == user.tier.bucket_capacity_tokens
-    assert "remaining_tokens" in body
+    assert body["tier"] == user.tier.name
+    assert body["limits"]["max_output_tokens"] == user.tier.max_output_tokens
+    assert body["limits"]["bucket_capacity_tokens"] == user.tier.bucket_capacity_tokens
+    # A user who has not posted yet has a full bucket.
+    assert body["remaining_tokens"] == user.tier.bucket_capacity_tokens
+
+
+def test_me_budget_shrinks_by_what_a_prompt_reserves(api: APIClient, user) -> None:
+    chat = ChatFactory(owner=user)
+    resp = api.post(f"/api/chats/{chat.pk}/messages", {"content": "hello", "max_tokens": 100}, format="json")
+    assert resp.status_code == 202, resp.content
+    remaining = api.get("/api/me").json()["remaining_tokens"]
+    capacity = user.tier.bucket_capacity_tokens
+    # The prompt reserved its input tokens plus max_tokens; the bucket refills a little meanwhile.
+    assert capacity - 120 <= remaining <= capacity - 50
 
 
 def test_me_needs_authentication() -> None:

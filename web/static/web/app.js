@@ -144,14 +144,15 @@ function showBusy(error, retry) {
 async function refreshMe() {
   try {
     const me = await api("GET", "/api/me");
-    ui.accountTier.textContent = `${me.tier.name} tier`;
+    ui.accountTier.textContent = `${me.tier} tier`;
     ui.accountTier.hidden = false;
     if (me.remaining_tokens === null || me.remaining_tokens === undefined) {
       ui.accountBudget.hidden = true;
     } else {
       const left = Math.max(0, Math.floor(me.remaining_tokens)).toLocaleString();
       ui.accountBudget.textContent = `${left} tokens left`;
-      ui.accountBudget.title = `Budget: ${left} of ${me.tier.bucket_capacity_tokens.toLocaleString()} tokens, refilling ${me.tier.bucket_refill_per_s} per second`;
+      const { bucket_capacity_tokens: capacity, bucket_refill_per_s: refill } = me.limits;
+      ui.accountBudget.title = `Token budget: ${left} of ${capacity.toLocaleString()}, refilling ${refill} per second`;
       ui.accountBudget.hidden = false;
     }
   } catch {
