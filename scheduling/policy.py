@@ -60,6 +60,8 @@ class _TierState:
     """Users seen backlogged at the last sync: a user not in here who is backlogged now is returning."""
     vtime: float = 0.0
     """The lowest counter among the backlogged users when a run was last picked (never decreases)."""
+    last_served: dict[int, int] = field(default_factory=dict)
+    """Dispatch sequence number of each user's latest run: equal counters go to the least recently served."""
 
 
 class FairPolicy:
@@ -70,6 +72,7 @@ class FairPolicy:
         self._by_name = {t.name: t for t in self.tiers}
         self._state: dict[str, _TierState] = {t.name: _TierState() for t in self.tiers}
         self.floor_credit: dict[str, float] = {t.name: 0.0 for t in self.tiers}
+        self._seq = 0
 
     # -- state --------------------------------------------------------------------------------------
 
@@ -95,6 +98,7 @@ class FairPolicy:
             for user in st.active - backlogged:
                 if st.counters.get(user, 0.0) <= st.vtime:
                     st.counters.pop(user, None)
+                    st.last_served.pop(user, None)
             st.active = backlogged
             if not backlogged:
                 self.floor_credit[spec.name] = 0.0
@@ -129,6 +133,8 @@ class FairPolicy:
         if waiting:
             st.vtime = max(st.vtime, min(waiting))
         st.counters[run.user_id] = st.counters.get(run.user_id, 0.0) + run.cost / max(run.weight, 1e-6)
+        self._seq += 1
+        st.last_served[run.user_id] = self._seq
         for spec in self.tiers:
             if spec.share_floor > 0 and heads.get(spec.name):
                 self.floor_credit[spec.name] += spec.share_floor * run.cost
@@ -136,7 +142,7 @@ class FairPolicy:
 
     def _pick_user(self, tier: str, users: Mapping[int, QueuedRun]) -> QueuedRun:
         st = self._state[tier]
-        user = min(users, key=lambda u: (st.counters.get(u, 0.0), users[u].enqueued_at, u))
+        user = min(users, key=lambda u: (st.counters.get(u, 0.0), st.last_served.get(u, -1), users[u].enqueued_at, u))
         return users[user]
 
     # -- persistence ---------------------------------------------------------------------------------
@@ -148,10 +154,12 @@ class FairPolicy:
                     "counters": {str(u): c for u, c in st.counters.items()},
                     "active": sorted(st.active),
                     "vtime": st.vtime,
+                    "last_served": {str(u): n for u, n in st.last_served.items()},
                 }
                 for name, st in self._state.items()
             },
             "floor_credit": dict(self.floor_credit),
+            "seq": self._seq,
         }
 
     def load_dict(self, data: Mapping[str, Any]) -> None:
@@ -162,7 +170,9 @@ class FairPolicy:
                 counters={int(u): float(c) for u, c in raw.get("counters", {}).items()},
                 active={int(u) for u in raw.get("active", [])},
                 vtime=float(raw.get("vtime", 0.0)),
+                last_served={int(u): int(n) for u, n in raw.get("last_served", {}).items()},
             )
+        self._seq = int(data.get("seq", self._seq))
         for name, credit in data.get("floor_credit", {}).items():
             if name in self.floor_credit:
                 self.floor_credit[name] = float(credit)

@@ -258,3 +258,13 @@ def test_fresh_samples_are_summed_and_the_worst_tpot_wins() -> None:
     agg = engine_load(fresh, in_flight=11, dispatched_since_stats=0)
     assert (agg.slots, agg.running, agg.waiting, agg.tpot_s, oldest) == (16, 10, 1, 0.9, 99.0)
     assert agg.effective_waiting == 0 and agg.effective_running == 11
+
+
+def test_a_returning_user_goes_before_the_flooding_user_on_equal_counters() -> None:
+    policy, queues = FairPolicy(TIERS), MemoryQueues()
+    for _ in range(10):
+        queues.push(run(1))
+    drain(policy, queues, 3)
+    light = run(2)
+    queues.push(light)
+    assert dispatch_one(policy, queues, lambda _t: True) == light  # lifted to the same counter, served longer ago
