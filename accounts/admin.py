@@ -17,6 +17,18 @@ class TierAdmin(admin.ModelAdmin[Tier]):
         "share_floor",
         "context_limit_tokens",
     ]
+    # The limits are what operators tune: edit them straight from the list (the name stays the link).
+    list_editable = [
+        "priority",
+        "bucket_capacity_tokens",
+        "bucket_refill_per_s",
+        "max_concurrent_runs",
+        "max_output_tokens",
+        "queue_depth_limit",
+        "share_floor",
+        "context_limit_tokens",
+    ]
+    search_fields = ["name"]
     ordering = ["priority"]
 
 

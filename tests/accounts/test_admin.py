@@ -85,3 +85,23 @@ def test_list_filters_work(admin_client_with_rows: Client) -> None:
         resp = admin_client_with_rows.get(_url(model, "changelist"), params)
         assert resp.status_code == 200
         assert resp.context["cl"].result_count == expected, (label, params)
+
+
+def test_tier_limits_are_editable_from_the_changelist(admin_client_with_rows: Client) -> None:
+    tiers = list(Tier.objects.order_by("priority"))
+    data: dict[str, str] = {
+        "form-TOTAL_FORMS": str(len(tiers)),
+        "form-INITIAL_FORMS": str(len(tiers)),
+        "_save": "Save",
+    }
+    for i, tier in enumerate(tiers):
+        data[f"form-{i}-id"] = str(tier.pk)
+        for field in admin.site._registry[Tier].list_editable:
+            data[f"form-{i}-{field}"] = str(getattr(tier, field))
+    free_index = next(i for i, t in enumerate(tiers) if t.name == "free")
+    data[f"form-{free_index}-max_concurrent_runs"] = "5"
+
+    resp = admin_client_with_rows.post(_url(Tier, "changelist"), data)
+
+    assert resp.status_code == 302, resp.content[:2000]
+    assert Tier.objects.get(name="free").max_concurrent_runs == 5
