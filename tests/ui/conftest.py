@@ -26,6 +26,7 @@ import pytest
 from django.conf import settings
 from django.core.management import get_commands
 from django.db import connection
+from rest_framework.test import APIClient
 
 from accounts.models import User
 from tests.ui.helpers import sign_in
@@ -326,3 +327,15 @@ def screenshot(request: pytest.FixtureRequest) -> Callable[[object, str], Path]:
 def login(context: object, live_stack: LiveStack) -> Callable[[User], None]:
     """Signs the browser context in as ``user`` through a real session (skips typing the form)."""
     return lambda user: sign_in(context, user, live_stack.base_url)
+
+
+@pytest.fixture
+def api_for() -> Callable[[User], APIClient]:
+    """An API client signed in as the given user, for setting the scene through the real endpoints."""
+
+    def make(user: User) -> APIClient:
+        client = APIClient()
+        client.force_authenticate(user)
+        return client
+
+    return make

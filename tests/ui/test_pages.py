@@ -9,6 +9,7 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import Page, expect
 
+from accounts.models import UserLimitOverride
 from chats.models import Chat, Message, MessageRole
 from runs.models import Run
 from tests.factories import ChatFactory, MessageFactory, UserFactory
@@ -169,41 +170,33 @@ def test_enter_sends_shift_enter_breaks_line(page: Page, login) -> None:
     expect(page.get_by_role("button", name="Stop", exact=True)).to_be_visible()
 
 
-def test_busy_answer_shows_retry_countdown_and_retry_works(page: Page, login, screenshot) -> None:
-    """A 429 from admission: the prompt stays, the wait is shown, Retry sends it again."""
+def test_busy_answer_shows_retry_countdown_and_retry_works(page: Page, login, api_for, screenshot) -> None:
+    """A real 429 from admission (token budget spent): the prompt stays, the wait shows, Retry sends it."""
     user = UserFactory()
-    chat = ChatFactory(owner=user, title="busy")
+    UserLimitOverride.objects.create(user=user, bucket_capacity_tokens=300, bucket_refill_per_s=80)
+    first = ChatFactory(owner=user, title="first")
+    second = ChatFactory(owner=user, title="second")
+    # The first prompt reserves most of the bucket (input + 256 max output tokens).
+    assert api_for(user).post(f"/api/chats/{first.pk}/messages", {"content": "hi"}, format="json").status_code == 202
     login(user)
-    refusals = {"left": 1}
-
-    def refuse_once(route) -> None:  # type: ignore[no-untyped-def]
-        if route.request.method == "POST" and refusals["left"] > 0:
-            refusals["left"] -= 1
-            route.fulfill(
-                status=429,
-                headers={"Retry-After": "2", "Content-Type": "application/json"},
-                body='{"error": {"code": "rate_limited", "message": "Too many requests right now."}}',
-            )
-        else:
-            route.continue_()
-
-    page.route(re.compile(r".*/api/chats/\d+/messages$"), refuse_once)
-    page.goto(f"/c/{chat.pk}")
+    page.goto(f"/c/{second.pk}")
+    expect(page.locator("#account-budget")).to_contain_text("tokens left")
     prompt = page.get_by_role("textbox", name="Message")
     prompt.fill("hello when you can")
     prompt.press("Enter")
     alert = page.locator("#alert")
-    expect(alert).to_contain_text("Too many requests right now.")
-    expect(alert).to_contain_text(re.compile(r"Retry in \d s"))
+    expect(alert).to_contain_text("Token budget exhausted")
+    expect(alert).to_contain_text(re.compile(r"Retry in \d+ s"))
     retry = page.locator("#alert-retry")
     expect(retry).to_be_disabled()
     expect(prompt).to_have_value("hello when you can")
+    assert not Message.objects.filter(chat=second).exists()
     screenshot(page, "busy")
-    expect(retry).to_be_enabled(timeout=5000)
+    expect(retry).to_be_enabled(timeout=10_000)
     retry.click()
     expect(page.locator(".message-user .message-body")).to_have_text("hello when you can")
     expect(alert).to_be_hidden()
-    assert Message.objects.filter(chat=chat, content="hello when you can").count() == 1
+    assert Message.objects.filter(chat=second, content="hello when you can").count() == 1
 
 
 def test_phone_layout_sidebar_is_a_drawer(browser, live_stack, login, screenshot) -> None:  # type: ignore[no-untyped-def]

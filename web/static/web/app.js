@@ -117,7 +117,8 @@ function showBusy(error, retry) {
   clearAlert();
   let left = error.retryAfter ?? 5;
   ui.alert.classList.add("busy");
-  ui.alertText.textContent = `Busy: ${error.message} Retry in ${formatSeconds(left)}.`;
+  const saysWhen = /retry in/i.test(error.message);
+  ui.alertText.textContent = `Busy: ${error.message}${saysWhen ? "" : ` Retry in ${formatSeconds(left)}.`}`;
   ui.alert.hidden = false;
   ui.alertRetry.hidden = false;
   ui.alertRetry.onclick = () => {
@@ -786,6 +787,7 @@ async function send() {
   } catch (error) {
     if (error.status === 429) {
       showBusy(error, send);
+      refreshMe();
     } else if (error.status === 409 && state.chatId) {
       showError(error.message);
       const chat = await api("GET", `/api/chats/${state.chatId}`).catch(() => null);
