@@ -17,13 +17,13 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import InterfaceError, OperationalError, connection
 from django_eventstream.event import Event
 from django_eventstream.storage import StorageBase
 from django_eventstream.utils import sse_encode_event
@@ -43,13 +43,14 @@ def encode(event: str, data: dict[str, Any], seq: int | None) -> str:
 
 def coalesce(entries: Iterable[StreamEntry]) -> list[StreamEntry]:
     """Merges runs of consecutive deltas into one (carrying the last one's id): a client that fell behind
-    gets fewer, larger events, and resuming from that id is still exact."""
+    gets fewer, larger events, and resuming from that id is still exact. Fields other than ``text`` are
+    the first delta's (a benchmark's write timestamp then measures the oldest text in the event)."""
     out: list[StreamEntry] = []
     for entry in entries:
         prev = out[-1] if out else None
         if prev is not None and prev.event == StreamEvent.DELTA and entry.event == StreamEvent.DELTA:
             text = prev.data.get("text", "") + entry.data.get("text", "")
-            out[-1] = StreamEntry(seq=entry.seq, event=StreamEvent.DELTA, data={**entry.data, "text": text})
+            out[-1] = StreamEntry(seq=entry.seq, event=StreamEvent.DELTA, data={**prev.data, "text": text})
         else:
             out.append(entry)
     return out
@@ -71,12 +72,31 @@ def final_state_entries(run: Run, *, after_seq: int) -> list[StreamEntry]:
     return entries
 
 
+T = TypeVar("T")
+
+# Every database read of the SSE path runs on these few threads, each keeping its connection: a stream
+# holds no connection (nor thread) of its own while it waits, so thousands of streams need a handful.
+_db_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sse-db")
+
+
+def _with_connection(fn: Callable[..., T], *args: object) -> T:
+    try:
+        return fn(*args)
+    except (OperationalError, InterfaceError):
+        connection.close()  # broken (Postgres restarted?): the next call opens a new one
+        raise
+
+
+async def db_call(fn: Callable[..., T], *args: object) -> T:
+    """Runs a synchronous ORM function on the SSE database threads."""
+    return await asyncio.get_running_loop().run_in_executor(_db_executor, _with_connection, fn, *args)
+
+
 def _load_finished_run(run_id: int) -> Run | None:
     return Run.objects.select_related("assistant_message").filter(pk=run_id).first()
 
 
 def _load_statuses(run_ids: list[int]) -> dict[int, str]:
-    close_old_connections()
     return dict(Run.objects.filter(pk__in=run_ids).values_list("pk", "status"))
 
 
@@ -99,7 +119,7 @@ class RunStatusReader:
         await asyncio.sleep(0.01)
         batch, self._waiting, self._flusher = self._waiting, {}, None
         try:
-            statuses = await sync_to_async(_load_statuses)(list(batch))
+            statuses = await db_call(_load_statuses, list(batch))
         except Exception as exc:  # noqa: BLE001 - the streams keep going and ask again at their next poll
             logger.warning("SSE: status read failed: %s", exc)
             for futures in batch.values():
@@ -147,7 +167,7 @@ async def open_run_stream(*, run: Run, after_seq: int, relay: StreamRelay | None
         return OpenedStream(first=[], live=False, initial_status=None)
     trimmed = bool(entries) and entries[0].seq > after_seq + 1 and entries[0].event != StreamEvent.RESET
     if (last is None or trimmed) and run.status in TERMINAL_STATUSES:
-        finished = await sync_to_async(_load_finished_run)(run.pk)
+        finished = await db_call(_load_finished_run, run.pk)
         if finished is not None:
             return OpenedStream(
                 first=final_state_entries(finished, after_seq=after_seq), live=False, initial_status=None
@@ -214,7 +234,7 @@ async def iter_run_events(
                     if finished_in_db_at is None:
                         finished_in_db_at = now
                     elif now - finished_in_db_at >= cfg.status_poll_s:
-                        finished = await sync_to_async(_load_finished_run)(run_id)
+                        finished = await db_call(_load_finished_run, run_id)
                         if finished is not None:
                             yield "".join(
                                 encode(e.event, e.data, e.seq) for e in final_state_entries(finished, after_seq=cursor)

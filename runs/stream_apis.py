@@ -17,11 +17,26 @@ from django_eventstream.utils import add_default_headers
 from rest_framework.authtoken.models import Token
 
 from runs.models import Run
-from runs.sse import iter_run_events, open_run_stream
+from runs.sse import db_call, iter_run_events, open_run_stream
 
 
 def _error(status: int, code: str, message: str) -> JsonResponse:
     return JsonResponse({"error": {"code": code, "message": message}}, status=status)
+
+
+def _token_user(key: str) -> AbstractBaseUser | None:
+    token = Token.objects.select_related("user").filter(key=key).first()
+    return token.user if token is not None and token.user.is_active else None
+
+
+def _session_user(request: HttpRequest) -> AbstractBaseUser | AnonymousUser:
+    user = request.user
+    _ = user.is_authenticated  # evaluate the lazy user (session and user rows) on this thread
+    return user
+
+
+def _owned_run(run_id: int, user_id: int) -> Run | None:
+    return Run.objects.filter(pk=run_id, user_id=user_id).only("id", "status").first()
 
 
 async def _authenticate(request: HttpRequest) -> AbstractBaseUser | AnonymousUser | None:
@@ -31,11 +46,8 @@ async def _authenticate(request: HttpRequest) -> AbstractBaseUser | AnonymousUse
         scheme, _, key = header.partition(" ")
         if scheme.lower() != "token" or not key.strip():
             return None
-        token = await Token.objects.select_related("user").filter(key=key.strip()).afirst()
-        if token is None or not token.user.is_active:
-            return None
-        return token.user
-    return await request.auser()
+        return await db_call(_token_user, key.strip())
+    return await db_call(_session_user, request)
 
 
 def parse_last_event_id(request: HttpRequest) -> int:
@@ -61,7 +73,7 @@ async def run_stream(request: HttpRequest, run_id: int) -> HttpResponseBase:
         return _error(401, "authentication_failed", "Invalid token.")
     if not user.is_authenticated:
         return _error(401, "not_authenticated", "Log in, or send Authorization: Token <key>.")
-    run = await Run.objects.filter(pk=run_id, user_id=user.pk).only("id", "status").afirst()
+    run = await db_call(_owned_run, run_id, user.pk)
     if run is None:
         return _error(404, "not_found", "Not found.")
     try:

@@ -104,23 +104,20 @@ class RunStreamWriter:
         self._active_refreshed_at = 0.0
 
     def append(self, event: StreamEvent, data: dict[str, Any]) -> int:
-        """One ``XADD``; the first and the terminal append also set the TTL and the run's entry in the active
-        set (load for :func:`current_flush_interval`), in the same round trip; a refresh every ~10 s."""
+        """Appends one event in one round trip; returns its sequence number (the SSE ``id``)."""
+        pipe = self.client.pipeline(transaction=False)
+        seq = self.queue(pipe, event, data)
+        pipe.execute()
+        return seq
+
+    def queue(self, pipe: redis.client.Pipeline, event: StreamEvent, data: dict[str, Any]) -> int:
+        """Queues the commands of one append on ``pipe`` (the caller executes it; a process writing many
+        runs can batch their appends): one ``XADD``; the first and the terminal append also set the TTL
+        and the run's entry in the active set (the load :func:`current_flush_interval` reads), refreshed
+        every ~10 s."""
         self.seq += 1
         cfg = settings.STREAMS
         terminal = event in TERMINAL_EVENTS
-        now = time.time()
-        refresh_active = now - self._active_refreshed_at >= ACTIVE_REFRESH_S
-        if self._expiry_set and not terminal and not refresh_active:
-            self.client.xadd(
-                self.key,
-                {"event": event.value, "data": json.dumps(data)},
-                id=f"0-{self.seq}",
-                maxlen=cfg.maxlen,
-                approximate=True,
-            )
-            return self.seq
-        pipe = self.client.pipeline(transaction=False)
         pipe.xadd(
             self.key,
             {"event": event.value, "data": json.dumps(data)},
@@ -130,13 +127,13 @@ class RunStreamWriter:
         )
         if terminal or not self._expiry_set:
             pipe.expire(self.key, cfg.done_ttl_s if terminal else cfg.live_ttl_s)
+            self._expiry_set = True
+        now = time.time()
         if terminal:
             pipe.zrem(active_streams_key(), str(self.run_id))
-        else:
+        elif now - self._active_refreshed_at >= ACTIVE_REFRESH_S:
             pipe.zadd(active_streams_key(), {str(self.run_id): now})
             self._active_refreshed_at = now
-        pipe.execute()
-        self._expiry_set = True
         return self.seq
 
 
