@@ -1,0 +1,280 @@
+"""End to end through a real Celery worker (threads pool) driving the real vLLM engine with SmolLM2 on CPU.
+
+One worker subprocess serves every test here (starting vLLM costs ~1 minute). Runs are created as rows and
+sent with ``send_to_worker`` (the dispatcher's job in production), so the worker sees committed data:
+these tests are transactional.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+
+from chats.models import Message, MessageRole
+from inference_workers.dispatch import send_to_worker
+from inference_workers.selectors import worker_heartbeats
+from inference_workers.services import reap_orphaned_runs
+from runs.models import FinishReason, Run, RunStatus
+from runs.services import run_cancel
+from runs.streams import StreamEvent
+from tests.factories import ChatFactory, MessageFactory, RunFactory, UserFactory
+from tests.inference_workers.conftest import stream_of, text_after_last_reset, wait_for, wait_terminal
+
+pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True)]
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKER_NAME = "enginetest@h2"
+SLOTS = 8
+
+
+def _database_url() -> str:
+    db = settings.DATABASES["default"]
+    return f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+
+
+def _child_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        DJANGO_SETTINGS_MODULE="chatproject.settings.test",
+        DATABASE_URL=_database_url(),
+        REDIS_URL=settings.REDIS_URL,
+        CELERY_BROKER_URL=settings.CELERY_BROKER_URL,
+        PYTHONPATH=str(ROOT),
+        **extra,
+    )
+    return env
+
+
+def _stop(proc: subprocess.Popen[bytes], *, grace_s: float = 30) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+@pytest.fixture(scope="session")
+def engine_worker(django_db_setup: None, django_db_blocker: Any) -> Iterator[str]:
+    """``celery worker -P threads`` with the real engine (vLLM, SmolLM2, fp32, eager, 1 GiB KV cache)."""
+    from chatproject.redis_client import get_redis
+
+    broker_db = settings.CELERY_BROKER_URL.rsplit("/", 1)[-1]
+    assert broker_db not in ("0", "1", "2"), "the engine tests need their own broker database"
+    import redis
+
+    redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()  # stale tasks of earlier runs
+    log_path = ROOT / "artifacts" / "engine-worker.log"
+    log_path.parent.mkdir(exist_ok=True)
+    env = _child_env(
+        ENGINE_BACKEND="vllm",
+        ENGINE_MAX_NUM_SEQS=str(SLOTS),
+        ENGINE_MAX_MODEL_LEN="2048",
+        ENGINE_KV_CACHE_GIB="1",
+        ENGINE_DTYPE="float32",
+        ENGINE_ENFORCE_EAGER="true",
+        CHAT_AFFINITY="false",
+    )
+    cmd = [
+        str(ROOT / ".venv" / "bin" / "celery"),
+        "-A",
+        "chatproject",
+        "worker",
+        "-P",
+        "threads",
+        "-c",
+        str(SLOTS),
+        "-Q",
+        "pro,plus,free,batch",
+        "--prefetch-multiplier",
+        "1",
+        "-E",
+        "-n",
+        WORKER_NAME,
+        "--without-gossip",
+        "--without-mingle",
+        "-l",
+        "info",
+    ]
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 300
+        while not any(b.worker == WORKER_NAME for b in worker_heartbeats(client=get_redis())):
+            if proc.poll() is not None:
+                raise RuntimeError(f"the engine worker exited ({proc.returncode}); see {log_path}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the engine worker did not come up in 300 s; see {log_path}")
+            time.sleep(1)
+        yield WORKER_NAME
+    finally:
+        _stop(proc)
+
+
+def _queued_run(*, content: str, max_tokens: int, tier: str = "pro", temperature: float = 0.0) -> Run:
+    user = UserFactory.with_tier(tier)
+    chat = ChatFactory(owner=user)
+    message = MessageFactory(chat=chat, role=MessageRole.USER, content=content)
+    return RunFactory(
+        chat=chat, user=user, user_message=message, max_tokens=max_tokens, temperature=temperature, priority=0
+    )
+
+
+def _send(run: Run) -> None:
+    send_to_worker(run_id=run.pk, queue=run.tier.name)
+
+
+def test_prompt_ends_done_with_the_streamed_text_and_redelivery_adds_nothing(engine_worker: str) -> None:
+    run = _queued_run(content="What is the capital of France?", max_tokens=48)
+    _send(run)
+    run = wait_terminal(run, timeout=120)
+
+    assert run.status == RunStatus.DONE, run.error
+    assert run.finish_reason in (FinishReason.STOP, FinishReason.LENGTH)
+    assert run.worker == engine_worker and run.attempts == 1
+    assert run.assistant_message is not None
+    entries = stream_of(run)
+    assert run.assistant_message.content == text_after_last_reset(entries)
+    assert "Paris" in run.assistant_message.content
+    assert run.input_tokens > 10 and 0 < run.output_tokens <= 48
+    assert run.assistant_message.token_count == run.output_tokens
+    done = entries[-1]
+    assert done.event == StreamEvent.DONE
+    assert done.data["message_id"] == run.assistant_message.pk and done.data["status"] == "done"
+    # Every token is counted; only the end-of-sequence token carries no text (and so no delta).
+    assert run.output_tokens - 1 <= sum(e.data["tokens"] for e in entries if e.event == StreamEvent.DELTA)
+
+    # The same task again (a redelivery after the run finished), then a fresh run behind it on the queue.
+    _send(run)
+    follower = _queued_run(content="Say hello.", max_tokens=8)
+    _send(follower)
+    assert wait_terminal(follower, timeout=120).status == RunStatus.DONE
+    assert Message.objects.filter(chat=run.chat, role=MessageRole.ASSISTANT).count() == 1
+    assert len(stream_of(run)) == len(entries)
+    assert Run.objects.get(pk=run.pk).attempts == 1
+
+    beats = [b for b in worker_heartbeats() if b.worker == engine_worker]
+    wait_for(lambda: bool([b for b in worker_heartbeats() if b.worker == engine_worker]), timeout=5, what="beat")
+    [beat] = beats or [b for b in worker_heartbeats() if b.worker == engine_worker]
+    assert beat.model == settings.ENGINE.served_model_name and beat.max_slots == SLOTS
+    assert beat.model_version not in ("", "unknown", "simulated")
+
+
+PROMPTS = [
+    "Write a short poem about the sea.",
+    "Describe a sunny morning in a small town.",
+    "Explain why the sky is blue.",
+    "Tell me about elephants.",
+    "Give me three tips for learning to cook.",
+    "What makes a good friend?",
+    "Describe the taste of an apple.",
+    "Why do people like music?",
+]
+
+
+def _timed_batch(*, concurrent: bool, max_tokens: int) -> tuple[float, int]:
+    runs = [_queued_run(content=prompt, max_tokens=max_tokens) for prompt in PROMPTS]
+    started = time.monotonic()
+    if concurrent:
+        for run in runs:
+            _send(run)
+        finished = [wait_terminal(run, timeout=300) for run in runs]
+    else:
+        finished = []
+        for run in runs:
+            _send(run)
+            finished.append(wait_terminal(run, timeout=120))
+    elapsed = time.monotonic() - started
+    assert all(r.status == RunStatus.DONE for r in finished), [r.error for r in finished]
+    return elapsed, sum(r.output_tokens for r in finished)
+
+
+def test_concurrent_runs_share_the_engines_batches(engine_worker: str) -> None:
+    sequential_s, sequential_tokens = _timed_batch(concurrent=False, max_tokens=24)
+    concurrent_s, concurrent_tokens = _timed_batch(concurrent=True, max_tokens=24)
+    print(
+        f"\n8 runs sequential: {sequential_s:.1f} s ({sequential_tokens} tokens); "
+        f"8 concurrent: {concurrent_s:.1f} s ({concurrent_tokens} tokens); "
+        f"speed-up {sequential_s / concurrent_s:.2f}x"
+    )
+    assert concurrent_tokens >= 0.8 * sequential_tokens  # comparable work (greedy decoding, same prompts)
+    assert concurrent_s < 0.6 * sequential_s
+
+
+def test_cancel_mid_stream_keeps_partial_text_and_frees_the_slot(engine_worker: str) -> None:
+    run = _queued_run(content="Write a very long story about a dragon and a knight.", max_tokens=1000, temperature=0.7)
+    _send(run)
+    wait_for(lambda: sum(e.event == StreamEvent.DELTA for e in stream_of(run)) >= 3, timeout=120, what="a few deltas")
+
+    cancelled_at = time.monotonic()
+    assert run_cancel(run=run).status == RunStatus.CANCELLING
+    run = wait_terminal(run, timeout=30)
+    print(f"\ncancel took {time.monotonic() - cancelled_at:.2f} s")
+
+    assert run.status == RunStatus.CANCELLED and run.finish_reason == FinishReason.CANCELLED
+    assert 0 < run.output_tokens < 1000
+    assert run.assistant_message is not None and run.assistant_message.content
+    entries = stream_of(run)
+    assert run.assistant_message.content == text_after_last_reset(entries)
+    assert entries[-1].event == StreamEvent.DONE and entries[-1].data["status"] == "cancelled"
+
+    def idle() -> bool:
+        beats = [b for b in worker_heartbeats() if b.worker == engine_worker]
+        return bool(beats) and beats[0].running == 0 and beats[0].active_runs == 0
+
+    wait_for(idle, timeout=10, what="the engine slot to be freed")
+    follower = _queued_run(content="Say hello.", max_tokens=8)
+    _send(follower)
+    assert wait_terminal(follower, timeout=120).status == RunStatus.DONE
+
+
+@pytest.mark.parametrize("requeue", [True, False], ids=["requeued-and-finished", "failed"])
+def test_killed_workers_run_does_not_stay_streaming(
+    engine_worker: str, requeue: bool, settings: Any, clean_redis: Any
+) -> None:
+    settings.WORKERS = dataclasses.replace(settings.WORKERS, orphan_grace_s=0.0, requeue_orphans=requeue)
+    run = _queued_run(content="What is the capital of France?", max_tokens=48)
+    env = _child_env(
+        ENGINE_BACKEND="simulated",
+        SIM_STEP_BASE_S="0.05",
+        SIM_OUTPUT_TOKENS="5000",
+        WORKER_HEARTBEAT_TTL_S="2",
+        WORKER_NAME="doomed@h2",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("worker_process.py")), str(run.pk)], cwd=ROOT, env=env
+    )
+    try:
+        wait_for(lambda: any(e.event == StreamEvent.DELTA for e in stream_of(run)), timeout=60, what="first delta")
+        assert Run.objects.get(pk=run.pk).status == RunStatus.STREAMING
+        assert reap_orphaned_runs() == []  # its worker is alive: hands off
+    finally:
+        proc.kill()  # SIGKILL: no cleanup, like a host that lost power
+        proc.wait(10)
+
+    wait_for(lambda: reap_orphaned_runs() == [run.pk], timeout=15, interval=0.5, what="the reaper")
+    run.refresh_from_db()
+    if not requeue:
+        assert run.status == RunStatus.FAILED and "doomed@h2" in run.error
+        assert stream_of(run)[-1].event == StreamEvent.ERROR
+        return
+    assert run.status == RunStatus.QUEUED and run.attempts == 1
+    _send(run)  # what the dispatcher does with a requeued run
+    run = wait_terminal(run, timeout=120)
+    assert run.status == RunStatus.DONE and run.attempts == 2 and run.worker == engine_worker
+    entries = stream_of(run)
+    assert StreamEvent.RESET in [e.event for e in entries]
+    assert run.assistant_message is not None
+    assert run.assistant_message.content == text_after_last_reset(entries)
+    assert Message.objects.filter(chat=run.chat, role=MessageRole.ASSISTANT).count() == 1
