@@ -21,6 +21,17 @@ trap cleanup INT TERM EXIT
 .venv/bin/uvicorn chatproject.asgi:application --host 127.0.0.1 --port "$PORT" --log-level info &
 pids+=($!)
 
+# The GPU worker: one engine (the prepared default model unless ENGINE_MODEL names another folder) fed by
+# as many task threads as it has batch slots; it builds the engine before it consumes anything.
+$PY manage.py prepare_model
+SLOTS="$($PY -c 'import django; django.setup(); from django.conf import settings; print(settings.ENGINE.max_num_seqs)')"
+.venv/bin/celery -A chatproject worker -P threads -c "$SLOTS" -Q pro,plus,free,batch --prefetch-multiplier 1 -E \
+  --hostname "worker@%h" -l info &
+pids+=($!)
+# Requeues (or fails) runs whose worker died mid-stream, so none stays streaming forever.
+$PY manage.py reap_orphaned_runs --loop 5 &
+pids+=($!)
+
 # The fair scheduler: moves admitted runs into the Celery tier queues while the engines have room.
 $PY manage.py run_dispatcher &
 pids+=($!)
