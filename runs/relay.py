@@ -192,6 +192,16 @@ class StreamRelay:
             # The blocked read may still name the key; its entries are dropped when they come.
             del self._keys[sub.key]
 
+    async def aclose(self) -> None:
+        """Stops the reader and closes the connections (tests; a server process keeps its relay)."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        await self.commands.aclose()
+
     # -- reader side -------------------------------------------------------------------------------------
 
     def _ensure_started(self) -> None:
@@ -232,6 +242,8 @@ class StreamRelay:
                     self._reader_id = int(await conn.read_response())
                 await self._read_loop(conn)
             except asyncio.CancelledError:
+                if conn is not None:
+                    await conn.disconnect()
                 raise
             except (redis.RedisError, OSError):
                 logger.warning("stream relay: Redis error; reconnecting", exc_info=True)

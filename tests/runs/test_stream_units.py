@@ -1,0 +1,192 @@
+"""The streaming pieces in-process: adaptive flush interval, the relay's join/catch-up, coalescing, the
+Postgres fallback, the django-eventstream storage class."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import cast
+
+import pytest
+import redis
+from django.conf import settings
+from django.test import RequestFactory
+from django.utils import timezone
+
+from chats.models import Message, MessageRole
+from runs.models import FinishReason, Run, RunStatus
+from runs.relay import StreamRelay, Subscription
+from runs.sse import RunStreamStorage, coalesce, final_state_entries
+from runs.stream_apis import parse_last_event_id
+from runs.streams import (
+    ACTIVE_STALE_S,
+    RunStreamWriter,
+    StreamEntry,
+    StreamEvent,
+    active_streams_key,
+    count_active_streams,
+    flush_interval_for,
+    stream_key,
+)
+from tests.factories import RunFactory
+
+
+def test_flush_interval_grows_with_active_streams_within_bounds() -> None:
+    cfg = settings.STREAMS
+    assert flush_interval_for(0) == flush_interval_for(1) == cfg.flush_interval_s
+    small, mid, large = flush_interval_for(300), flush_interval_for(1000), flush_interval_for(2000)
+    assert cfg.flush_interval_s < small < mid < large <= cfg.max_flush_interval_s
+    assert flush_interval_for(10**6) == cfg.max_flush_interval_s
+    # Near the budget: active / interval ~ events per second.
+    assert 1000 / mid == pytest.approx(cfg.event_budget_per_s)
+
+
+def test_writers_register_in_the_active_set_until_their_terminal_event(clean_redis: redis.Redis) -> None:
+    first, second = RunStreamWriter(1), RunStreamWriter(2)
+    first.append(StreamEvent.DELTA, {"text": "a"})
+    second.append(StreamEvent.DELTA, {"text": "b"})
+    assert count_active_streams() == 2
+    assert clean_redis.ttl(stream_key(1)) > 0
+    first.append(StreamEvent.DONE, {"finish_reason": "stop"})
+    assert count_active_streams() == 1
+    assert clean_redis.ttl(stream_key(1)) <= settings.STREAMS.done_ttl_s
+    # A crashed worker's run stops counting once its entry is stale.
+    clean_redis.zadd(active_streams_key(), {"2": time.time() - ACTIVE_STALE_S - 1})
+    assert count_active_streams() == 0
+
+
+def test_coalesce_merges_consecutive_deltas_and_keeps_the_last_id() -> None:
+    entries = [
+        StreamEntry(1, StreamEvent.STATUS, {"status": "streaming"}),
+        StreamEntry(2, StreamEvent.DELTA, {"text": "He", "t": 1.0}),
+        StreamEntry(3, StreamEvent.DELTA, {"text": "llo", "t": 2.0}),
+        StreamEntry(4, StreamEvent.RESET, {}),
+        StreamEntry(5, StreamEvent.DELTA, {"text": "Hi"}),
+        StreamEntry(6, StreamEvent.DONE, {}),
+    ]
+    merged = coalesce(entries)
+    assert [(e.seq, e.event) for e in merged] == [(1, "status"), (3, "delta"), (4, "reset"), (5, "delta"), (6, "done")]
+    assert merged[1].data == {"text": "Hello", "t": 1.0}
+
+
+@pytest.mark.django_db
+def test_final_state_from_postgres() -> None:
+    run = cast(Run, RunFactory(status=RunStatus.DONE, finish_reason=FinishReason.STOP, input_tokens=3, output_tokens=2))
+    run.assistant_message = Message.objects.create(chat=run.chat, role=MessageRole.ASSISTANT, content="Hi there")
+    run.save()
+    fresh = final_state_entries(run, after_seq=0)
+    assert [(e.seq, e.event) for e in fresh] == [(1, "delta"), (2, "done")]
+    assert fresh[0].data == {"text": "Hi there"}
+    assert fresh[1].data["usage"] == {"input_tokens": 3, "output_tokens": 2, "total_tokens": 5}
+    resumed = final_state_entries(run, after_seq=7)
+    assert [(e.seq, e.event) for e in resumed] == [(8, "reset"), (9, "delta"), (10, "done")]
+    failed = cast(Run, RunFactory(status=RunStatus.FAILED, error="engine exploded", finished_at=timezone.now()))
+    assert [(e.event, e.data) for e in final_state_entries(failed, after_seq=0)] == [
+        ("error", {"code": "generation_failed", "message": "engine exploded"})
+    ]
+
+
+@pytest.mark.django_db
+def test_eventstream_storage_reads_the_run_stream_then_postgres() -> None:
+    run = cast(Run, RunFactory(status=RunStatus.DONE, finish_reason=FinishReason.STOP))
+    run.assistant_message = Message.objects.create(chat=run.chat, role=MessageRole.ASSISTANT, content="ab")
+    run.save()
+    writer = RunStreamWriter(run.pk)
+    for text in ("a", "b"):
+        writer.append(StreamEvent.DELTA, {"text": text})
+    storage = RunStreamStorage()
+    channel = f"run-{run.pk}"
+    assert storage.get_current_id(channel) == 2
+    assert [(e.id, e.type) for e in storage.get_events(channel, 1)] == [(2, "delta")]
+    from chatproject.redis_client import get_redis
+
+    get_redis().delete(stream_key(run.pk))
+    assert [(e.id, e.type) for e in storage.get_events(channel, 1)] == [(2, "reset"), (3, "delta"), (4, "done")]
+
+
+@pytest.mark.parametrize(
+    ("header", "query", "expected"),
+    [("", "", 0), ("12", "", 12), ("", "7", 7), ("run-3:9", "", 9), ("run-3%3A:4", "", 4), ("5", "8", 5)],
+)
+def test_last_event_id_forms(header: str, query: str, expected: int) -> None:
+    headers = {"HTTP_LAST_EVENT_ID": header} if header else {}
+    request = RequestFactory().get("/api/runs/3/stream", {"lastEventId": query} if query else {}, **headers)
+    assert parse_last_event_id(request) == expected
+
+
+def test_last_event_id_rejects_garbage() -> None:
+    with pytest.raises(ValueError):
+        parse_last_event_id(RequestFactory().get("/x", HTTP_LAST_EVENT_ID="abc"))
+
+
+async def _collect(sub: Subscription, until_seq: int) -> list[int]:
+    seqs: list[int] = []
+    while not seqs or seqs[-1] < until_seq:
+        batch = await sub.next_batch(2.0)
+        assert batch, f"nothing arrived after {seqs}"
+        seqs += [e.seq for e in batch]
+    return seqs
+
+
+def test_relay_late_joiner_behind_the_reader_gets_every_entry_once(clean_redis: redis.Redis) -> None:
+    """A second client joins the same run with an old cursor while the reader is already further on."""
+
+    async def scenario() -> None:
+        relay = StreamRelay(settings.REDIS_URL)
+        writer = RunStreamWriter(41)
+        try:
+            for i in range(5):
+                writer.append(StreamEvent.DELTA, {"text": str(i)})
+            early, catch_up = await relay.subscribe(41, 0)
+            assert catch_up == []
+            assert await _collect(early, 5) == [1, 2, 3, 4, 5]
+            for i in range(5, 10):
+                writer.append(StreamEvent.DELTA, {"text": str(i)})
+            assert await _collect(early, 10) == [6, 7, 8, 9, 10]
+            late, catch_up = await relay.subscribe(41, 2)
+            assert [e.seq for e in catch_up] == list(range(3, 11))
+            writer.append(StreamEvent.DELTA, {"text": "x"})
+            writer.append(StreamEvent.DONE, {})
+            assert await _collect(late, 12) == [11, 12]
+            assert await _collect(early, 12) == [11, 12]
+            relay.unsubscribe(early)
+            relay.unsubscribe(late)
+            assert relay.stats.watched_keys <= 1 and not relay._keys
+            # A new key joins while the reader blocks on nothing: CLIENT UNBLOCK wakes it.
+            other, _ = await relay.subscribe(42, 0)
+            await asyncio.sleep(0.05)
+            started = time.monotonic()
+            RunStreamWriter(42).append(StreamEvent.DELTA, {"text": "now"})
+            assert await _collect(other, 1) == [1]
+            assert time.monotonic() - started < 1.0
+        finally:
+            await relay.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_relay_many_keys_one_reader(clean_redis: redis.Redis) -> None:
+    """300 runs, written interleaved, through one reader: each subscription sees exactly its own entries."""
+
+    async def scenario() -> None:
+        relay = StreamRelay(settings.REDIS_URL)
+        try:
+            subs = [(await relay.subscribe(run_id, 0))[0] for run_id in range(100, 400)]
+            writers = [RunStreamWriter(run_id) for run_id in range(100, 400)]
+            pipe = clean_redis.pipeline(transaction=False)
+            for round_ in range(3):
+                for writer in writers:
+                    writer.queue(pipe, StreamEvent.DELTA, {"text": f"{writer.run_id}:{round_}"})
+            pipe.execute()
+            for sub in subs:
+                batch: list[StreamEntry] = []
+                while len(batch) < 3:
+                    got = await sub.next_batch(2.0)
+                    assert got
+                    batch += got
+                assert [e.data["text"] for e in batch] == [f"{sub.run_id}:{r}" for r in range(3)]
+            assert relay.stats.reads < 50
+        finally:
+            await relay.aclose()
+
+    asyncio.run(scenario())
