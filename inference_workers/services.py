@@ -2,14 +2,15 @@
 
 Stream events written here (see ``runs.streams``): ``status`` {status, attempt, worker} when generation
 starts; ``reset`` {attempt} first when a previous attempt had written events (clients drop its text);
-``delta`` {text, tokens}; terminal ``done`` {message_id, finish_reason, usage, status} or ``error``
-{error, status}.
+``delta`` {text, tokens}; then the terminal ``done`` {message_id, finish_reason, status, usage} or ``error``
+{code, message} of :func:`runs.streams.run_terminal_event`.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from datetime import timedelta
 
 from django.conf import settings
@@ -29,7 +30,7 @@ from runs.services import (
     run_mark_streaming,
     run_requeue_orphan,
 )
-from runs.streams import RunStreamWriter, StreamEvent, cancel_key
+from runs.streams import RunStreamWriter, StreamEvent, cancel_key, current_flush_interval, run_terminal_event
 
 logger = logging.getLogger(__name__)
 
@@ -37,9 +38,10 @@ logger = logging.getLogger(__name__)
 class DeltaCoalescer:
     """Buffers deltas: the first text goes out at once, then every ``interval_s`` or ``max_tokens`` tokens."""
 
-    def __init__(self, writer: RunStreamWriter, *, interval_s: float, max_tokens: int) -> None:
+    def __init__(self, writer: RunStreamWriter, *, interval_s: Callable[[], float], max_tokens: int) -> None:
         self.writer = writer
         self.interval_s = interval_s
+        """Called at each flush decision: the interval grows with the number of live streams."""
         self.max_tokens = max_tokens
         self.parts: list[str] = []
         self.text_parts: list[str] = []
@@ -63,7 +65,7 @@ class DeltaCoalescer:
             self.flush_if_due()
 
     def flush_if_due(self) -> None:
-        if self.parts and time.monotonic() - self.last_flush >= self.interval_s:
+        if self.parts and time.monotonic() - self.last_flush >= self.interval_s():
             self.flush()
 
     def flush(self) -> None:
@@ -78,13 +80,10 @@ class DeltaCoalescer:
         self.last_flush = time.monotonic()
 
 
-def _done_payload(run: Run) -> dict[str, object]:
-    return {
-        "message_id": run.assistant_message_id,
-        "finish_reason": run.finish_reason,
-        "usage": {"input_tokens": run.input_tokens, "output_tokens": run.output_tokens},
-        "status": run.status,
-    }
+def _append_terminal(writer: RunStreamWriter, run: Run) -> None:
+    """The terminal ``done`` or ``error`` event, exactly as the SSE endpoint rebuilds it from Postgres."""
+    event, data = run_terminal_event(run)
+    writer.append(event, data)
 
 
 def generate_run(*, run_id: int, runtime: WorkerRuntime) -> RunStatus | None:
@@ -109,10 +108,10 @@ def _generate_claimed(*, run_id: int, runtime: WorkerRuntime) -> RunStatus | Non
         return None
     writer = RunStreamWriter(run_id)
     if run.status == RunStatus.CANCELLED:
-        writer.append(StreamEvent.DONE, _done_payload(run))
+        _append_terminal(writer, run)
         return RunStatus.CANCELLED
     if run.status == RunStatus.FAILED:
-        writer.append(StreamEvent.ERROR, {"error": run.error, "status": run.status})
+        _append_terminal(writer, run)
         return RunStatus.FAILED
 
     attempt = run.attempts
@@ -135,7 +134,7 @@ def _generate_claimed(*, run_id: int, runtime: WorkerRuntime) -> RunStatus | Non
             priority=run.priority,
         )
         streams = settings.STREAMS
-        coalescer = DeltaCoalescer(writer, interval_s=streams.flush_interval_s, max_tokens=streams.flush_max_tokens)
+        coalescer = DeltaCoalescer(writer, interval_s=current_flush_interval, max_tokens=streams.flush_max_tokens)
         input_tokens = output_tokens = 0
         finish_reason = "abort"
         if runtime.cancel_pending(run_id):
@@ -167,7 +166,7 @@ def _generate_claimed(*, run_id: int, runtime: WorkerRuntime) -> RunStatus | Non
     if finished is None:
         logger.warning("run %s: attempt %s was superseded; its result is dropped", run_id, attempt)
         return None
-    writer.append(StreamEvent.DONE, _done_payload(finished))
+    _append_terminal(writer, finished)
     if finished.status == RunStatus.CANCELLED:
         runtime.client.delete(cancel_key(run_id))
     return RunStatus(finished.status)
@@ -177,7 +176,7 @@ def _fail(writer: RunStreamWriter, *, run_id: int, attempt: int, error: str) -> 
     failed = run_fail(run_id=run_id, error=error, attempt=attempt)
     if failed is None:
         return None
-    writer.append(StreamEvent.ERROR, {"error": error, "status": failed.status})
+    _append_terminal(writer, failed)
     return RunStatus.FAILED
 
 
@@ -201,13 +200,13 @@ def reap_orphaned_runs() -> list[int]:
             error = f"Worker {worker or '?'} stopped while generating this answer (attempt {attempts})."
             failed = run_fail(run_id=run_id, error=error)
             if failed is not None:
-                RunStreamWriter(run_id).append(StreamEvent.ERROR, {"error": error, "status": failed.status})
+                _append_terminal(RunStreamWriter(run_id), failed)
                 handled.append(run_id)
             continue
         requeued = run_requeue_orphan(run_id=run_id, worker=worker)
         if requeued is not None:
             if requeued.status == RunStatus.CANCELLED:
-                RunStreamWriter(run_id).append(StreamEvent.DONE, _done_payload(requeued))
+                _append_terminal(RunStreamWriter(run_id), requeued)
             logger.warning("run %s: worker %s vanished; %s", run_id, worker, requeued.status)
             handled.append(run_id)
     return handled

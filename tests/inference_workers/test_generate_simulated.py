@@ -45,7 +45,7 @@ def test_run_streams_deltas_and_ends_done_with_one_assistant_message(sim_runtime
     assert entries[-1].data == {
         "message_id": run.assistant_message.pk,
         "finish_reason": "stop",
-        "usage": {"input_tokens": run.input_tokens, "output_tokens": 12},
+        "usage": {"input_tokens": run.input_tokens, "output_tokens": 12, "total_tokens": run.input_tokens + 12},
         "status": "done",
     }
     assert sum(e.data["tokens"] for e in entries if e.event == StreamEvent.DELTA) == 12
@@ -133,7 +133,7 @@ def test_engine_error_fails_the_run_with_the_error(sim_runtime: WorkerRuntime, m
     assert run.status == RunStatus.FAILED
     assert "CUDA out of memory (simulated)" in run.error
     last = stream_of(run)[-1]
-    assert last.event == StreamEvent.ERROR and "CUDA out of memory" in last.data["error"]
+    assert last.event == StreamEvent.ERROR and "CUDA out of memory" in last.data["message"]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -179,7 +179,7 @@ class _ListWriter:
 
 def test_coalescer_sends_first_token_at_once_then_batches() -> None:
     writer = _ListWriter()
-    coalescer = DeltaCoalescer(writer, interval_s=60.0, max_tokens=4)  # type: ignore[arg-type]
+    coalescer = DeltaCoalescer(writer, interval_s=lambda: 60.0, max_tokens=4)  # type: ignore[arg-type]
     coalescer.add("A", 1)
     assert writer.events == [{"text": "A", "tokens": 1}]
     for piece in ("b", "c", "d"):
