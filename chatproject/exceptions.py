@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import ObjectDoesNotExist
+from django.conf import settings
+from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
 from django.http import Http404
 from drf_spectacular.utils import OpenApiResponse, inline_serializer
 from rest_framework import exceptions, serializers, status
@@ -54,6 +55,16 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
             {"error": {"code": exc.code, "message": exc.message}},
             status=exc.status_code,
             headers=exc.headers,
+        )
+    if isinstance(exc, RequestDataTooBig):
+        return Response(
+            {
+                "error": {
+                    "code": "request_too_large",
+                    "message": f"The request body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes.",
+                }
+            },
+            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
         )
     if isinstance(exc, Http404 | ObjectDoesNotExist):
         # ObjectDoesNotExist: a row deleted by a concurrent request (e.g. a chat deleted while a prompt is posted).

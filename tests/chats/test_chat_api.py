@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from pytest_django.fixtures import Settings
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -173,3 +176,18 @@ def test_form_encoded_body_is_415(api: APIClient, user: User) -> None:
     resp = api.post("/api/chats", "title=x", content_type="application/x-www-form-urlencoded")
     assert resp.status_code == 415
     assert not Chat.objects.exists()
+
+
+def test_a_body_over_the_upload_limit_is_413_with_a_json_error(api: APIClient, user: User, settings: Settings) -> None:
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    chat = ChatFactory(owner=user)
+    body = json.dumps({"content": "x" * 2000})
+
+    resp = api.post(f"/api/chats/{chat.pk}/messages", body, content_type="application/json")
+
+    assert resp.status_code == 413
+    assert resp.json()["error"] == {
+        "code": "request_too_large",
+        "message": "The request body is larger than 1000 bytes.",
+    }
+    assert not Message.objects.exists()
