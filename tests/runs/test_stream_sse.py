@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import subprocess
 import sys
 import threading
@@ -446,3 +447,105 @@ def test_many_clients_on_one_process_each_get_the_whole_stream(
     for thread in clients:
         thread.join()
     assert results == ["".join(chunks)] * 6
+
+
+# -- through the real worker path ------------------------------------------------------------------------------
+
+LOGS = ROOT / "artifacts" / "test-stream-logs"
+
+
+@pytest.fixture(scope="module")
+def worker(web: tuple[str, str]) -> Iterator[None]:
+    """A Celery worker on the simulated engine (and the dispatcher), on the same database and Redis."""
+    db = connection.settings_dict
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "chatproject.settings.test",
+        "DATABASE_URL": f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        "REDIS_URL": settings.REDIS_URL,
+        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+        "ENGINE_BACKEND": "simulated",
+        "SIM_STEP_BASE_S": "0.03",
+        "SIM_STEP_PER_SEQ_S": "0.0",
+        "SIM_OUTPUT_TOKENS": "60",
+        "STREAM_FLUSH_MAX_TOKENS": "2",
+        "PYTHONUNBUFFERED": "1",
+    }
+    LOGS.mkdir(parents=True, exist_ok=True)
+    argv = {
+        "worker": [
+            str(ROOT / ".venv" / "bin" / "celery"),
+            "-A",
+            "chatproject",
+            "worker",
+            "-P",
+            "threads",
+            "-c",
+            "4",
+            "-Q",
+            "pro,plus,free,batch",
+            "--prefetch-multiplier",
+            "1",
+            "--without-gossip",
+            "--without-mingle",
+            "-n",
+            f"sse-test-{os.getpid()}@%h",
+            "--loglevel",
+            "INFO",
+        ],
+        "dispatcher": [sys.executable, str(ROOT / "manage.py"), "run_dispatcher"],
+    }
+    procs = {
+        name: subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=env,
+            stdout=(LOGS / f"{name}.log").open("wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        for name, cmd in argv.items()
+    }
+    try:
+        deadline = time.monotonic() + 90
+        while "ready." not in (LOGS / "worker.log").read_text(errors="replace"):
+            if procs["worker"].poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the worker did not start; see {LOGS / 'worker.log'}")
+            time.sleep(0.3)
+        yield None
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in procs.values():
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_resume_across_processes_through_the_real_worker(
+    web: tuple[str, str], worker: None, owner: User, auth: dict[str, str]
+) -> None:
+    """POST a prompt, read part of the answer from A while the worker generates it, hang up, resume on B."""
+    a, b = web
+    chat = httpx.post(f"{a}/api/chats", headers=auth, json={}, timeout=30)
+    assert chat.status_code == 201, chat.text
+    posted = httpx.post(
+        f"{a}/api/chats/{chat.json()['id']}/messages", headers=auth, json={"content": "Tell me a story."}, timeout=60
+    )
+    assert posted.status_code == 202, posted.text
+    run_id = posted.json()["run"]["id"]
+    url = (
+        f"{a}{posted.json()['stream_url']}"
+        if posted.json()["stream_url"].startswith("/")
+        else posted.json()["stream_url"]
+    )
+    _, first = read_events(url, headers=auth, stop_after=4, timeout=60)
+    assert any(e.event == StreamEvent.DELTA for e in first), first
+    status, rest = read_events(f"{b}/api/runs/{run_id}/stream", headers=auth, last_event_id=last_id(first), timeout=60)
+    assert status == 200 and rest[-1].event == StreamEvent.DONE
+    run = Run.objects.select_related("assistant_message").get(pk=run_id)
+    assert run.status == RunStatus.DONE and run.assistant_message is not None
+    assert rest[-1].data["message_id"] == run.assistant_message_id
+    assert reassemble(first + rest) == run.assistant_message.content != ""
