@@ -135,6 +135,11 @@ class ContextConfig:
     drop_step_turns: int
     """When the verbatim turns overflow before a refresh, the oldest are dropped this many user turns at a time
     (fixed cut points keep the prefix stable across the following turns)."""
+    summary_max_engine_load: float
+    """A summary starts only while its worker's engine has nothing waiting and fewer than this fraction of its
+    slots running; otherwise it steps aside (retried later), so it never holds a slot an interactive run needs."""
+    summary_defer_s: float
+    """Seconds a summary that stepped aside waits before it looks at the engine again."""
     chat_affinity: bool
     """Route a chat's next run to the worker that served its previous turn (warm prefix cache) when it has room."""
 
@@ -202,6 +207,8 @@ def context_config_from_env() -> ContextConfig:
         summary_priority=env.int("CHAT_SUMMARY_PRIORITY", default=100),
         summary_queue=env.str("CHAT_SUMMARY_QUEUE", default="batch"),
         drop_step_turns=env.int("CHAT_DROP_STEP_TURNS", default=4),
+        summary_max_engine_load=env.float("CHAT_SUMMARY_MAX_ENGINE_LOAD", default=0.5),
+        summary_defer_s=env.float("CHAT_SUMMARY_DEFER_S", default=5.0),
         chat_affinity=env.bool("CHAT_AFFINITY", default=True),
     )
 

@@ -60,6 +60,11 @@ def summary_due(*, state: SummaryState, budget: int, config: ContextConfig) -> b
     return state.unsummarized_user_turns >= config.summary_keep_recent_turns + config.summary_refresh_every_turns
 
 
+def engine_has_room_for_background(*, running: int, waiting: int, slots: int, max_load: float) -> bool:
+    """Background work may start: nothing waits in the engine and few of its slots are busy."""
+    return waiting == 0 and running < max(1, int(slots * max_load))
+
+
 def fold_split(roles: Sequence[str], *, keep_recent_turns: int) -> int:
     """How many of the oldest unsummarized messages a refresh folds in: all before the last kept user turns."""
     user_positions = [i for i, role in enumerate(roles) if role == MessageRole.USER]

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 
-from celery import shared_task
+from celery import Task, shared_task
 from django.conf import settings
 
 from chatproject.redis_client import get_redis
 from chats.models import Chat
-from chats.summary import chat_summary_is_due, chat_summary_refresh
+from chats.summary import chat_summary_is_due, chat_summary_refresh, engine_has_room_for_background
 
 logger = logging.getLogger(__name__)
 
@@ -28,9 +28,37 @@ def _engine_generate(prompt: str, max_tokens: int) -> str:
     return generate_text(prompt=prompt, max_tokens=max_tokens, priority=settings.CONTEXT.summary_priority)
 
 
-@shared_task(name=SUMMARIZE_TASK, acks_late=True, ignore_result=True)
-def chat_summarize(chat_id: int) -> bool:
-    """Refreshes the chat's rolling summary with this worker's engine (a no-op when it is not due)."""
+SUMMARY_MAX_DEFERRALS = 120
+"""A summary that stepped aside this many times gives up; the next finished turn schedules it again."""
+
+
+def engine_has_room() -> bool:
+    """This worker's engine is quiet enough for background work (see ``CONTEXT.summary_max_engine_load``)."""
+    from inference_workers.runtime import get_runtime
+
+    host = get_runtime().host
+    stats = host.stats()
+    return engine_has_room_for_background(
+        running=stats.running,
+        waiting=stats.waiting,
+        slots=host.engine.max_num_seqs,
+        max_load=settings.CONTEXT.summary_max_engine_load,
+    )
+
+
+@shared_task(bind=True, name=SUMMARIZE_TASK, acks_late=True, ignore_result=True, max_retries=SUMMARY_MAX_DEFERRALS)
+def chat_summarize(self: Task, chat_id: int) -> bool:
+    """Refreshes the chat's rolling summary with this worker's engine (a no-op when it is not due).
+
+    When the engine is busy with interactive runs the task steps aside: it is retried after
+    ``CONTEXT.summary_defer_s`` and frees its worker thread meanwhile.
+    """
+    if not engine_has_room():
+        if self.request.retries >= SUMMARY_MAX_DEFERRALS:
+            get_redis().delete(summary_pending_key(chat_id))
+            logger.info("chat %s: the engine stayed busy; summary skipped until the next turn", chat_id)
+            return False
+        raise self.retry(countdown=settings.CONTEXT.summary_defer_s)
     try:
         return chat_summary_refresh(chat_id=chat_id, generate=_engine_generate)
     except Chat.DoesNotExist:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import redis
+from celery.exceptions import Retry
 from django.conf import settings
 from pytest_django.fixtures import DjangoCaptureOnCommitCallbacks, Settings
 
@@ -21,11 +22,12 @@ from chats.summary import (
     SummaryState,
     chat_budget,
     chat_summary_refresh,
+    engine_has_room_for_background,
     summary_due,
     summary_threshold_tokens,
 )
 from chats.tasks import SUMMARIZE_TASK, chat_summarize, chat_summary_schedule, summary_pending_key
-from inference_workers.engine.base import GenerationRequest
+from inference_workers.engine.base import EngineStats, GenerationRequest
 from inference_workers.engine.host import EngineHost
 from inference_workers.engine.simulated import SimulatedEngine
 from inference_workers.runtime import WorkerRuntime
@@ -197,6 +199,37 @@ def test_the_task_writes_the_summary_with_the_engine_and_clears_its_pending_mark
     assert chat_summarize.apply(args=[chat.pk]).get() is False
     chat.refresh_from_db()
     assert chat.summary_through_id == through
+
+
+def test_a_summary_steps_aside_while_the_engine_is_busy(
+    user: User,
+    simulated_worker_runtime: WorkerRuntime,
+    clean_redis: redis.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Busy with interactive runs, the engine gets no summary request: the task is retried later instead."""
+    chat = _long_chat(user, turns=12, words=80)
+    clean_redis.set(summary_pending_key(chat.pk), "1")
+    slots = simulated_worker_runtime.host.engine.max_num_seqs
+    monkeypatch.setattr(simulated_worker_runtime.host, "stats", lambda: EngineStats(running=slots // 2, waiting=0))
+
+    with pytest.raises(Retry):  # how a task run by a worker asks to be delivered again later
+        chat_summarize.run(chat.pk)
+
+    chat.refresh_from_db()
+    assert chat.summary == "" and chat.summary_through_id is None
+    assert clean_redis.exists(summary_pending_key(chat.pk)), "still pending: no second task meanwhile"
+
+    monkeypatch.setattr(simulated_worker_runtime.host, "stats", lambda: EngineStats(running=slots // 2 - 1, waiting=0))
+    assert chat_summarize.apply(args=[chat.pk]).get() is True
+
+
+def test_background_room_needs_an_empty_queue_and_spare_slots() -> None:
+    assert engine_has_room_for_background(running=0, waiting=0, slots=32, max_load=0.5)
+    assert engine_has_room_for_background(running=15, waiting=0, slots=32, max_load=0.5)
+    assert not engine_has_room_for_background(running=16, waiting=0, slots=32, max_load=0.5)
+    assert not engine_has_room_for_background(running=1, waiting=1, slots=32, max_load=0.5)
+    assert engine_has_room_for_background(running=0, waiting=0, slots=1, max_load=0.5)
 
 
 def test_a_history_longer_than_the_window_is_folded_in_chunks(user: User, settings: Settings) -> None:
