@@ -9,7 +9,8 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
-from django.http import Http404
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
 from drf_spectacular.utils import OpenApiResponse, inline_serializer
 from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
@@ -108,3 +109,17 @@ ErrorOutSerializer = inline_serializer(
 def error_response(description: str) -> OpenApiResponse:
     """An OpenAPI response entry for one of the API's 4xx answers."""
     return OpenApiResponse(response=ErrorOutSerializer, description=description)
+
+
+def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """``handler404``: JSON under ``/api/`` (clients parse every answer there), Django's page elsewhere."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"error": {"code": "not_found", "message": "No such endpoint."}}, status=404)
+    return defaults.page_not_found(request, exception)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """``handler500``: JSON under ``/api/``, Django's page elsewhere. The exception is logged by Django."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"error": {"code": "server_error", "message": "Internal server error."}}, status=500)
+    return defaults.server_error(request)

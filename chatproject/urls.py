@@ -23,3 +23,6 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
     path("", include("web.urls")),
 ]
+
+handler404 = "chatproject.exceptions.page_not_found"
+handler500 = "chatproject.exceptions.server_error"

@@ -49,3 +49,11 @@ def test_readyz_503_when_redis_is_down(redis_down: None) -> None:
     assert body["status"] == "not ready"
     assert body["checks"]["database"] == "ok"
     assert body["checks"]["redis"].startswith("error: ")
+
+
+@pytest.mark.django_db
+def test_unknown_api_path_is_a_json_404() -> None:
+    resp = Client().get("/api/no-such-thing")
+    assert resp.status_code == 404
+    assert resp.json() == {"error": {"code": "not_found", "message": "No such endpoint."}}
+    assert Client().get("/no-such-page/").status_code == 404
