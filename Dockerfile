@@ -3,6 +3,9 @@
 FROM python:3.11-slim-bookworm
 
 ARG ENGINE=cpu
+# ENGINE=cpu needs torch==2.13.0+cpu, which the package index does not carry: pass PyTorch's CPU wheel index here
+# (it is added to pip's indexes for the install only).
+ARG TORCH_INDEX_URL=""
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PATH=/app/.venv/bin:$PATH \
@@ -17,7 +20,8 @@ WORKDIR /app
 # Dependencies first so code edits do not reinstall them.
 COPY requirements/ requirements/
 COPY scripts/bootstrap.sh scripts/bootstrap.sh
-RUN ENGINE=$ENGINE bash scripts/bootstrap.sh
+RUN if [ -n "$TORCH_INDEX_URL" ]; then export PIP_EXTRA_INDEX_URL="$TORCH_INDEX_URL"; fi \
+    && ENGINE=$ENGINE bash scripts/bootstrap.sh
 
 COPY . .
 RUN python manage.py collectstatic --noinput -v0
