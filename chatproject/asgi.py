@@ -9,4 +9,9 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatproject.settings.base")
 
 # Static files (the browser UI's JS and CSS) are served by Django itself under STATIC_URL, so `uvicorn` alone
 # runs the whole web tier; every other path goes straight to the app.
-application = ASGIStaticFilesHandler(get_asgi_application())
+_django = ASGIStaticFilesHandler(get_asgi_application())
+
+# The run streams skip Django's per-request thread (see runs/sse_asgi.py); imported after setup.
+from runs.sse_asgi import with_stream_route  # noqa: E402
+
+application = with_stream_route(_django)
