@@ -339,3 +339,20 @@ def api_for() -> Callable[[User], APIClient]:
         return client
 
     return make
+
+
+@pytest.fixture(autouse=True)
+def settle_runs(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Cancels what a test left running and waits for the worker to let go of it, so no answer is still
+    being written into the next test's (flushed) tables and Redis."""
+    yield
+    if "live_stack" not in request.fixturenames:
+        return
+    from runs.models import ACTIVE_STATUSES, Run
+    from runs.services import run_cancel
+
+    for run in Run.objects.filter(status__in=ACTIVE_STATUSES):
+        run_cancel(run=run)
+    deadline = time.monotonic() + 15
+    while Run.objects.filter(status__in=ACTIVE_STATUSES).exists() and time.monotonic() < deadline:
+        time.sleep(0.2)

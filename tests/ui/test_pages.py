@@ -11,7 +11,6 @@ from playwright.sync_api import Page, expect
 
 from accounts.models import UserLimitOverride
 from chats.models import Chat, Message, MessageRole
-from runs.models import Run
 from tests.factories import ChatFactory, MessageFactory, UserFactory
 from tests.ui.helpers import sign_in
 
@@ -147,7 +146,6 @@ def test_html_in_prompts_and_answers_is_shown_as_text(page: Page, login, screens
     assert page.js_errors == []  # type: ignore[attr-defined]
     assert Message.objects.filter(chat=chat, content=f"{XSS_SCRIPT} {XSS_IMG}").count() == 1
     screenshot(page, "inert-html")
-    Run.objects.filter(chat=chat).delete()
 
 
 def test_enter_sends_shift_enter_breaks_line(page: Page, login) -> None:
@@ -272,3 +270,35 @@ def test_stream_error_is_shown_plainly(page: Page, login) -> None:
     expect(bubble.locator(".message-body")).to_have_text("Half an ans")
     expect(page.get_by_role("alert")).to_have_text("Failed: The engine stopped.")
     expect(page.get_by_role("button", name="Send", exact=True)).to_be_visible()
+
+
+def test_keyboard_only_skip_link_rename_and_send(page: Page, login) -> None:
+    user = UserFactory()
+    ChatFactory(owner=user, title="by keyboard")
+    login(user)
+    page.goto("/")
+    expect(page.locator("#chat-list .chat-link")).to_have_count(1)
+    skip = page.get_by_role("link", name="Skip to the message box")
+    first_tabbable = "document.querySelector('a[href], button, input, textarea, select, [tabindex]')"
+    assert page.evaluate(f"{first_tabbable} === document.querySelector('.skip-link')")
+    skip.focus()
+    expect(skip).to_be_in_viewport()
+    assert skip.evaluate("el => getComputedStyle(el).outlineStyle") != "none", "focus must be visible"
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("textbox", name="Message")).to_be_focused()
+
+    rename = page.get_by_role("button", name="Rename chat “by keyboard”")
+    rename.focus()
+    page.keyboard.press("Enter")
+    title_box = page.get_by_role("textbox", name=re.compile("New chat title"))
+    expect(title_box).to_be_focused()
+    page.keyboard.press("Escape")
+    expect(page.locator("#chat-list .chat-link")).to_have_text("by keyboard")
+
+    page.locator("#chat-list .chat-link").focus()
+    page.keyboard.press("Enter")
+    expect(page.locator("#chat-title")).to_have_text("by keyboard")
+    page.get_by_role("textbox", name="Message").focus()
+    page.keyboard.type("typed only")
+    page.keyboard.press("Enter")
+    expect(page.locator(".message-user .message-body")).to_have_text("typed only")
