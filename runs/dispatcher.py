@@ -61,6 +61,7 @@ def build_dispatcher(*, use_leader_lock: bool = True) -> Dispatcher:
             gates=gates,
             fallback_max_in_flight=cfg.fallback_max_in_flight,
             idle_running_fraction=cfg.idle_running_fraction,
+            headroom_slots=cfg.headroom_slots,
         ),
         settings=DispatcherSettings(
             stale_after_s=cfg.stale_after_s,

@@ -10,7 +10,6 @@ The Django command ``run_dispatcher`` supplies ``stats`` (worker heartbeats), ``
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
@@ -38,6 +37,21 @@ class DispatcherSettings:
     """Queue positions are computed for at most this many runs (the rest have none)."""
     rate_window_s: float = 60.0
     """Window of the dispatch rate that turns a queue position into an estimated wait."""
+
+
+def fair_slot_share(slots: int, in_flight: dict[int, int], heads: dict[str, dict[int, QueuedRun]]) -> float:
+    """Engine slots per user among those with runs in flight or queued; a user at or above it is "busy" for the
+    gate's headroom rule (the headroom is for users below their share, e.g. one returning from idle)."""
+    active = {u for u, n in in_flight.items() if n > 0}
+    for users in heads.values():
+        active.update(users)
+    return max(1.0, slots / max(1, len(active)))
+
+
+def user_is_busy(run: QueuedRun, *, in_flight: dict[int, int], share: float, top_tier: str | None) -> bool:
+    """Whether the gate's headroom is closed to ``run``: its user holds at least their share of the slots, or a
+    higher tier is backlogged (the headroom must not undo strict priority)."""
+    return run.tier != top_tier or in_flight.get(run.user_id, 0) >= share
 
 
 class Dispatcher:
@@ -71,11 +85,15 @@ class Dispatcher:
 
     # -- one tick ----------------------------------------------------------------------------------
 
-    def current_load(self) -> EngineLoad:
+    def current_load(self) -> tuple[EngineLoad, dict[int, int]]:
+        """The engines' load and the runs in flight per user."""
         now = self.clock()
         fresh, oldest = aggregate(self.stats(), now=now, stale_after_s=self.settings.stale_after_s)
-        in_flight, recent = self.store.in_flight(now=now, ttl_s=self.settings.in_flight_ttl_s, since=oldest)
-        return engine_load(fresh, in_flight=in_flight, dispatched_since_stats=recent if oldest is not None else 0)
+        flight = self.store.in_flight(now=now, ttl_s=self.settings.in_flight_ttl_s, since=oldest)
+        load = engine_load(
+            fresh, in_flight=flight.total, dispatched_since_stats=flight.recent if oldest is not None else 0
+        )
+        return load, flight.per_user
 
     def tick(self) -> list[QueuedRun]:
         """Dispatches what the gate allows now; returns the runs sent."""
@@ -84,7 +102,7 @@ class Dispatcher:
         ):
             return []
         self.policy.load_dict(self.store.load_policy())
-        load = self.current_load()
+        load, busy = self.current_load()
         self.last_load = load
         sent: list[QueuedRun] = []
         attempts = 0
@@ -92,7 +110,7 @@ class Dispatcher:
             attempts += 1
             heads = self.store.heads()
             self.policy.sync(heads)
-            run = self.policy.choose(heads, functools.partial(self._admits, load=load))
+            run = self.policy.choose(heads, self._admits_for(load, busy, heads))
             if run is None:
                 break
             if not self.store.claim(run, now=self.clock()):
@@ -105,6 +123,7 @@ class Dispatcher:
                 self.store.push(run)
                 break
             self.policy.charge(run, heads)
+            busy[run.user_id] = busy.get(run.user_id, 0) + 1
             sent.append(run)
             self._dispatch_times.append(self.clock())
             load = EngineLoad(
@@ -121,8 +140,21 @@ class Dispatcher:
             self.refresh_positions()
         return sent
 
-    def _admits(self, tier: str, *, load: EngineLoad) -> bool:
-        return self.gate.admits(tier, load)
+    def _admits_for(
+        self, load: EngineLoad, busy: dict[int, int], heads: dict[str, dict[int, QueuedRun]]
+    ) -> Callable[[str, QueuedRun], bool]:
+        """The gate for one decision, memoized per (tier, user above share): a decision may look at many users."""
+        share = fair_slot_share(load.slots, busy, heads)
+        top = next((t.name for t in self.policy.tiers if heads.get(t.name)), None)
+        cache: dict[tuple[str, bool], bool] = {}
+
+        def admits(tier: str, run: QueuedRun) -> bool:
+            key = (tier, user_is_busy(run, in_flight=busy, share=share, top_tier=top))
+            if key not in cache:
+                cache[key] = self.gate.admits(tier, load, user_busy=key[1])
+            return cache[key]
+
+        return admits
 
     def dispatch_rate(self) -> float:
         now = self.clock()

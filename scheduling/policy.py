@@ -103,28 +103,39 @@ class FairPolicy:
             if not backlogged:
                 self.floor_credit[spec.name] = 0.0
 
-    def choose(self, heads: Heads, admits: Callable[[str], bool]) -> QueuedRun | None:
-        """The next run to dispatch, or None. ``admits(tier)`` says whether the engines have room for that tier.
+    def choose(self, heads: Heads, admits: Callable[[str, QueuedRun], bool]) -> QueuedRun | None:
+        """The next run to dispatch, or None.
 
-        A tier whose floor credit is due may also use the room of the highest backlogged tier: its floor
-        would mean nothing if its own (stricter) gate kept it out while a higher tier keeps dispatching.
+        ``admits(tier, run)`` says whether the engines have room for ``run`` under ``tier``'s gate (the gate may
+        treat users with runs in flight differently, so within a tier the first admissible user in counter
+        order goes). A tier whose floor credit is due may also use the room of the highest backlogged tier:
+        its floor would mean nothing if its own (stricter) gate kept it out while a higher tier dispatches.
         """
         backlogged = [t for t in self.tiers if heads.get(t.name)]
         if not backlogged:
             return None
-        top_admits = admits(backlogged[0].name)
+        top = backlogged[0].name
         for spec in backlogged:
             if spec.share_floor <= 0:
                 continue
-            head = self._pick_user(spec.name, heads[spec.name])
-            if self.floor_credit[spec.name] >= head.cost and (top_admits or admits(spec.name)):
-                return head
+            ordered = self._users_in_order(spec.name, heads[spec.name])
+            if self.floor_credit[spec.name] < ordered[0].cost:
+                continue
+            for run in self._tied_first(spec.name, ordered):
+                if admits(spec.name, run) or admits(top, run):
+                    return run
         for spec in backlogged:
-            if admits(spec.name):
-                return self._pick_user(spec.name, heads[spec.name])
-            # Strict priority: a higher tier that is blocked blocks the lower ones too, except a tier
-            # whose gate is looser (it cannot happen with the shipped gates, but a config could do it).
+            for run in self._tied_first(spec.name, self._users_in_order(spec.name, heads[spec.name])):
+                if admits(spec.name, run):
+                    return run
         return None
+
+    def _tied_first(self, tier: str, ordered: list[QueuedRun]) -> list[QueuedRun]:
+        """The users sharing the lowest counter: only they may pass a gate that refused the first one (a user
+        returning from idle is lifted to exactly that counter); a user ahead on tokens waits its turn."""
+        counters = self._state[tier].counters
+        lowest = counters.get(ordered[0].user_id, 0.0)
+        return [r for r in ordered if counters.get(r.user_id, 0.0) <= lowest]
 
     def charge(self, run: QueuedRun, heads: Heads) -> None:
         """Accounts for ``run`` having been dispatched; ``heads`` is the backlog it was chosen from."""
@@ -140,10 +151,13 @@ class FairPolicy:
                 self.floor_credit[spec.name] += spec.share_floor * run.cost
         self.floor_credit[run.tier] = max(0.0, self.floor_credit[run.tier] - run.cost)
 
-    def _pick_user(self, tier: str, users: Mapping[int, QueuedRun]) -> QueuedRun:
+    def _users_in_order(self, tier: str, users: Mapping[int, QueuedRun]) -> list[QueuedRun]:
+        """The users' head runs, lowest counter first (ties: least recently served, then oldest run)."""
         st = self._state[tier]
-        user = min(users, key=lambda u: (st.counters.get(u, 0.0), st.last_served.get(u, -1), users[u].enqueued_at, u))
-        return users[user]
+        order = sorted(
+            users, key=lambda u: (st.counters.get(u, 0.0), st.last_served.get(u, -1), users[u].enqueued_at, u)
+        )
+        return [users[u] for u in order]
 
     # -- persistence ---------------------------------------------------------------------------------
 
@@ -203,7 +217,9 @@ class MemoryQueues:
         return sum(len(q) for users in self._queues.values() for q in users.values())
 
 
-def dispatch_one(policy: FairPolicy, queues: MemoryQueues, admits: Callable[[str], bool]) -> QueuedRun | None:
+def dispatch_one(
+    policy: FairPolicy, queues: MemoryQueues, admits: Callable[[str, QueuedRun], bool]
+) -> QueuedRun | None:
     """One scheduling decision over in-memory queues: sync, choose, charge, pop."""
     heads = queues.heads()
     policy.sync(heads)
@@ -221,7 +237,7 @@ def forecast_order(policy: FairPolicy, queues: MemoryQueues, limit: int) -> list
     queues = copy.deepcopy(queues)
     order: list[QueuedRun] = []
     while len(order) < limit:
-        run = dispatch_one(policy, queues, lambda _tier: True)
+        run = dispatch_one(policy, queues, lambda _tier, _run: True)
         if run is None:
             break
         order.append(run)

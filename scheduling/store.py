@@ -9,6 +9,7 @@ Keys (all under ``sched:``):
   the tier's queue depth, which admission bounds.
 * ``sched:inflight``: sorted set of dispatched runs that have not ended (score: dispatch time); entries
   older than the in-flight TTL are reclaimed, so a lost "run ended" never blocks the fallback cap forever.
+* ``sched:inflight:users``: hash run id -> user of the runs in flight (the gate's headroom rule needs it).
 * ``sched:positions``: hash run id -> JSON ``{queue_position, estimated_wait_s}``, written by the dispatcher.
 * ``sched:policy``: the policy's counters (JSON), written by the dispatcher that holds ``sched:leader``.
 * ``sched:rate``: recent dispatches per second (admission derives a queue-full ``Retry-After`` from it).
@@ -21,6 +22,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +32,7 @@ from scheduling.policy import MemoryQueues, QueuedRun
 
 PREFIX = "sched:"
 INFLIGHT_KEY = f"{PREFIX}inflight"
+INFLIGHT_USERS_KEY = f"{PREFIX}inflight:users"
 POSITIONS_KEY = f"{PREFIX}positions"
 POLICY_KEY = f"{PREFIX}policy"
 LEADER_KEY = f"{PREFIX}leader"
@@ -53,7 +56,7 @@ def queued_key(tier: str) -> str:
 
 
 _PUSH = """
--- KEYS: user queue, backlog set, run meta, tier queued zset, inflight zset
+-- KEYS: user queue, backlog set, run meta, tier queued zset, inflight zset, inflight users hash
 -- ARGV: run_id, user_id, tier, cost, weight, now
 if redis.call('ZSCORE', KEYS[4], ARGV[1]) then return 0 end
 redis.call('RPUSH', KEYS[1], ARGV[1])
@@ -61,11 +64,12 @@ redis.call('SADD', KEYS[2], ARGV[2])
 redis.call('HSET', KEYS[3], 'user', ARGV[2], 'tier', ARGV[3], 'cost', ARGV[4], 'weight', ARGV[5], 'enq', ARGV[6])
 redis.call('ZADD', KEYS[4], ARGV[6], ARGV[1])
 redis.call('ZREM', KEYS[5], ARGV[1])
+redis.call('HDEL', KEYS[6], ARGV[1])
 return 1
 """
 
 _CLAIM = """
--- KEYS: user queue, backlog set, run meta, tier queued zset, inflight zset, positions hash
+-- KEYS: user queue, backlog set, run meta, tier queued zset, inflight zset, positions hash, inflight users
 -- ARGV: run_id, user_id, now
 if redis.call('LINDEX', KEYS[1], 0) ~= ARGV[1] then return 0 end
 redis.call('LPOP', KEYS[1])
@@ -74,11 +78,12 @@ redis.call('DEL', KEYS[3])
 redis.call('ZREM', KEYS[4], ARGV[1])
 redis.call('ZADD', KEYS[5], ARGV[3], ARGV[1])
 redis.call('HDEL', KEYS[6], ARGV[1])
+redis.call('HSET', KEYS[7], ARGV[1], ARGV[2])
 return 1
 """
 
 _REMOVE = """
--- KEYS: run meta, inflight zset, positions hash; ARGV: run_id, prefix
+-- KEYS: run meta, inflight zset, positions hash, inflight users; ARGV: run_id, prefix
 -- Returns 1 if the run was queued (it leaves the queue now), 2 if it was in flight, 0 otherwise.
 local removed = 0
 local meta = redis.call('HMGET', KEYS[1], 'user', 'tier')
@@ -92,6 +97,7 @@ if meta[1] then
 end
 if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 and removed == 0 then removed = 2 end
 redis.call('HDEL', KEYS[3], ARGV[1])
+redis.call('HDEL', KEYS[4], ARGV[1])
 return removed
 """
 
@@ -104,6 +110,13 @@ _RENEW_LOCK = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0
 """
+
+
+@dataclass(frozen=True)
+class InFlight:
+    total: int
+    recent: int
+    per_user: dict[int, int]
 
 
 @dataclass(frozen=True)
@@ -135,6 +148,7 @@ class SchedulerStore:
             run_meta_key(run.run_id),
             queued_key(run.tier),
             INFLIGHT_KEY,
+            INFLIGHT_USERS_KEY,
         ]
         args: list[str | int | float] = [
             run.run_id,
@@ -148,7 +162,8 @@ class SchedulerStore:
 
     def remove(self, run_id: int) -> int:
         """Takes the run out of the queue (1) or out of the in-flight set (2); 0 when it was in neither."""
-        return int(self._remove(keys=[run_meta_key(run_id), INFLIGHT_KEY, POSITIONS_KEY], args=[run_id, PREFIX]))
+        keys = [run_meta_key(run_id), INFLIGHT_KEY, POSITIONS_KEY, INFLIGHT_USERS_KEY]
+        return int(self._remove(keys=keys, args=[run_id, PREFIX]))
 
     def queue_depth(self, tier: str) -> int:
         return int(self.client.zcard(queued_key(tier)))
@@ -204,17 +219,27 @@ class SchedulerStore:
             queued_key(run.tier),
             INFLIGHT_KEY,
             POSITIONS_KEY,
+            INFLIGHT_USERS_KEY,
         ]
         return bool(self._claim(keys=keys, args=[run.run_id, run.user_id, now if now is not None else time.time()]))
 
-    def in_flight(self, *, now: float, ttl_s: float, since: float | None = None) -> tuple[int, int]:
-        """(runs in flight, of which dispatched at or after ``since``); reclaims entries older than ``ttl_s``."""
+    def in_flight(self, *, now: float, ttl_s: float, since: float | None = None) -> InFlight:
+        """The runs in flight (dispatched, not ended); reclaims entries older than ``ttl_s``.
+
+        ``recent`` counts those dispatched at or after ``since`` (not yet visible in the engine statistics).
+        """
         pipe = self.client.pipeline(transaction=False)
         pipe.zremrangebyscore(INFLIGHT_KEY, "-inf", f"({now - ttl_s}")
-        pipe.zcard(INFLIGHT_KEY)
         pipe.zcount(INFLIGHT_KEY, since if since is not None else "+inf", "+inf")
-        _, total, recent = pipe.execute()
-        return int(total), int(recent)
+        pipe.zrange(INFLIGHT_KEY, 0, -1)
+        pipe.hgetall(INFLIGHT_USERS_KEY)
+        _, recent, members, users = pipe.execute()
+        live = set(members)
+        stale = [rid for rid in users if rid not in live]
+        if stale:
+            self.client.hdel(INFLIGHT_USERS_KEY, *stale)
+        per_user = Counter(int(u) for rid, u in users.items() if rid in live)
+        return InFlight(total=len(live), recent=int(recent), per_user=dict(per_user))
 
     def write_positions(self, positions: dict[int, Position]) -> None:
         pipe = self.client.pipeline(transaction=True)

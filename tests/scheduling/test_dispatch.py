@@ -11,7 +11,7 @@ import redis
 from scheduling.dispatcher import Dispatcher, DispatcherSettings
 from scheduling.gate import EngineSample, GatePolicy, TierGate
 from scheduling.policy import FairPolicy, QueuedRun, TierSpec
-from scheduling.store import SchedulerStore
+from scheduling.store import InFlight, SchedulerStore
 
 TIERS = ["pro", "plus", "free", "batch"]
 SPECS = [
@@ -79,7 +79,7 @@ def test_push_claim_remove(store: SchedulerStore) -> None:
     }
     assert not store.claim(q(2, 10))  # not the head
     assert store.claim(q(1, 10)) and not store.claim(q(1, 10))
-    assert store.in_flight(now=2e9, ttl_s=1e10) == (1, 0)
+    assert store.in_flight(now=2e9, ttl_s=1e10) == InFlight(total=1, recent=0, per_user={10: 1})
     assert store.remove(2) == 1  # a queued run leaves the queue at once
     assert store.heads() == {"pro": {11: q(3, 11, tier="pro")}}
     assert store.queue_depth("free") == 0
@@ -96,7 +96,9 @@ def test_dispatch_follows_the_policy_and_marks_runs_in_flight(store: SchedulerSt
     d.tick()
     assert [r.user_id for r in sent[:3]] == [1, 2, 1]
     # Runs dispatched after the heartbeat count as load: 5 in flight < 32 slots, so all went.
-    assert len(sent) == 5 and store.in_flight(now=clock.now, ttl_s=3600, since=clock.now) == (5, 5)
+    assert len(sent) == 5 and store.in_flight(now=clock.now, ttl_s=3600, since=clock.now) == InFlight(
+        5, 5, {1: 4, 2: 1}
+    )
 
 
 def test_dispatch_is_gated_on_engine_statistics(store: SchedulerStore) -> None:
@@ -163,7 +165,7 @@ def test_send_failure_puts_the_run_back(store: SchedulerStore) -> None:
         store=store, policy=FairPolicy(SPECS), gate=GATE, settings=SETTINGS, stats=lambda: [], send=broken, clock=clock
     )
     assert d.tick() == []
-    assert store.queue_depth("free") == 1 and store.in_flight(now=clock.now, ttl_s=3600)[0] == 0
+    assert store.queue_depth("free") == 1 and store.in_flight(now=clock.now, ttl_s=3600).total == 0
 
 
 def test_queue_positions_and_estimated_wait(store: SchedulerStore) -> None:

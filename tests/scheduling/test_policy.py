@@ -24,7 +24,7 @@ def run(user: int, tier: str = "free", cost: int = 100, weight: float = 1.0) -> 
     return QueuedRun(run_id=rid, user_id=user, tier=tier, cost=cost, weight=weight, enqueued_at=float(rid))
 
 
-def drain(policy: FairPolicy, queues: MemoryQueues, n: int, admits=lambda _t: True) -> list[QueuedRun]:
+def drain(policy: FairPolicy, queues: MemoryQueues, n: int, admits=lambda _t, _r: True) -> list[QueuedRun]:
     out = []
     for _ in range(n):
         r = dispatch_one(policy, queues, admits)
@@ -139,7 +139,7 @@ def test_floor_tier_may_use_the_room_of_the_top_tier() -> None:
     for _ in range(20):
         queues.push(run(1, tier="pro"))
         queues.push(run(2, tier="free"))
-    served = drain(policy, queues, 20, admits=lambda tier: tier == "pro")  # free's own gate never opens
+    served = drain(policy, queues, 20, admits=lambda tier, _r: tier == "pro")  # free's own gate never opens
     assert sum(r.tier == "free" for r in served) >= 8
 
 
@@ -147,7 +147,7 @@ def test_nothing_is_chosen_when_the_top_tier_is_gated() -> None:
     policy, queues = FairPolicy(TIERS), MemoryQueues()
     queues.push(run(1, tier="pro"))
     queues.push(run(2, tier="free"))
-    assert dispatch_one(policy, queues, lambda _t: False) is None
+    assert dispatch_one(policy, queues, lambda _t, _r: False) is None
     assert len(queues) == 2
 
 
@@ -267,4 +267,25 @@ def test_a_returning_user_goes_before_the_flooding_user_on_equal_counters() -> N
     drain(policy, queues, 3)
     light = run(2)
     queues.push(light)
-    assert dispatch_one(policy, queues, lambda _t: True) == light  # lifted to the same counter, served longer ago
+    assert dispatch_one(policy, queues, lambda _t, _r: True) == light  # lifted to the same counter, served longer ago
+
+
+def test_headroom_slots_are_kept_for_users_with_nothing_in_flight() -> None:
+    gate = GatePolicy(gates=GATE.gates, fallback_max_in_flight=3, idle_running_fraction=0.5, headroom_slots=2)
+    assert gate.admits("pro", load(running=5), user_busy=True)
+    assert not gate.admits("pro", load(running=6), user_busy=True)  # 2 of 8 slots stay free
+    assert not gate.admits("pro", load(running=5, since=1), user_busy=True)
+    assert gate.admits("pro", load(running=7), user_busy=False)  # a newcomer takes one
+    assert gate.admits("pro", load(running=6, fresh=False, in_flight=2), user_busy=True)  # fallback: the cap only
+
+
+def test_within_a_tier_the_first_admissible_user_in_counter_order_goes() -> None:
+    policy, queues = FairPolicy(TIERS), MemoryQueues()
+    for _ in range(5):
+        queues.push(run(1))
+    drain(policy, queues, 2)
+    newcomer = run(2)
+    queues.push(newcomer)
+    queues.push(run(3))
+    # Users 1 and 3 are "busy" for the gate; user 2 (counter lifted to 1's) is the only admissible one.
+    assert dispatch_one(policy, queues, lambda _tier, r: r.user_id == 2) == newcomer
