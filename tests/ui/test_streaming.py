@@ -138,10 +138,18 @@ def test_network_drop_mid_answer_reconnects_and_loses_nothing(page: Page, contex
     page.goto("/")
     bubble = send(page, "Keep going through a network drop")
     wait_for_words(bubble, 4)
+    resumes: list[str] = []
+
+    def on_request(req: Any) -> None:
+        if "/stream" in req.url:
+            resumes.append(req.headers.get("last-event-id") or req.url.partition("lastEventId=")[2])
+
+    page.on("request", on_request)
     context.set_offline(True)
     page.wait_for_timeout(1500)
     context.set_offline(False)
     assert wait_terminal(bubble) == "done"
+    assert any(r and int(r) > 0 for r in resumes), f"the stream was not resumed after the drop: {resumes}"
     run = run_of(user)
     assert run.assistant_message is not None
     assert words(body_text(bubble)) == words(run.assistant_message.content)
