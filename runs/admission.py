@@ -188,9 +188,13 @@ def run_account_end(*, run: Run) -> None:
     # Charged: the new message (reserved - max_tokens) once generation started, plus the output produced.
     used = (max(0, run.reserved_tokens - run.max_tokens) if started else 0) + run.output_tokens
 
+    unused = max(0, run.reserved_tokens - used) if started else 0
+
     def settle() -> None:
-        get_scheduler_store().remove(run_id)
         limits = user_limits(user=User.objects.select_related("tier").get(pk=user_id))
+        store = get_scheduler_store()
+        if store.remove(run_id) == 2:  # it was dispatched: the fair-share counter charged it in full
+            store.add_refund(tier=limits.tier, user_id=user_id, amount=unused / max(limits.share_weight, 1e-6))
         get_admission().settle(
             user_id=user_id, tier=limits.tier, member=run_member(run_id), used_tokens=used, limits=_limits(limits)
         )

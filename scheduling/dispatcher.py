@@ -40,12 +40,13 @@ class DispatcherSettings:
 
 
 def fair_slot_share(slots: int, in_flight: dict[int, int], heads: dict[str, dict[int, QueuedRun]]) -> float:
-    """Engine slots per user among those with runs in flight or queued; a user at or above it is "busy" for the
-    gate's headroom rule (the headroom is for users below their share, e.g. one returning from idle)."""
+    """Engine slots per user among those with runs in flight or queued, plus one for a user about to arrive;
+    a user at or above it is "busy" for the gate's headroom rule (the headroom is for users below their share,
+    e.g. one returning from idle, so a lone flood cannot take it either)."""
     active = {u for u, n in in_flight.items() if n > 0}
     for users in heads.values():
         active.update(users)
-    return max(1.0, slots / max(1, len(active)))
+    return max(1.0, slots / (len(active) + 1))
 
 
 def user_is_busy(run: QueuedRun, *, in_flight: dict[int, int], share: float, top_tier: str | None) -> bool:
@@ -102,6 +103,8 @@ class Dispatcher:
         ):
             return []
         self.policy.load_dict(self.store.load_policy())
+        for tier, user_id, amount in self.store.take_refunds():
+            self.policy.refund(tier, user_id, amount)
         load, busy = self.current_load()
         self.last_load = load
         sent: list[QueuedRun] = []

@@ -151,6 +151,15 @@ class FairPolicy:
                 self.floor_credit[spec.name] += spec.share_floor * run.cost
         self.floor_credit[run.tier] = max(0.0, self.floor_credit[run.tier] - run.cost)
 
+    def refund(self, tier: str, user_id: int, amount: float) -> None:
+        """A dispatched run ended using fewer tokens than charged (``amount`` in counter units: tokens / weight).
+
+        Counters then track the tokens actually served, as in the VTC paper; a user with no counter left (idle
+        and at or below the tier's virtual time) has nothing to correct."""
+        st = self._state.get(tier)
+        if st is not None and user_id in st.counters and amount > 0:
+            st.counters[user_id] -= amount
+
     def _users_in_order(self, tier: str, users: Mapping[int, QueuedRun]) -> list[QueuedRun]:
         """The users' head runs, lowest counter first (ties: least recently served, then oldest run)."""
         st = self._state[tier]

@@ -12,6 +12,8 @@ Keys (all under ``sched:``):
 * ``sched:inflight:users``: hash run id -> user of the runs in flight (the gate's headroom rule needs it).
 * ``sched:positions``: hash run id -> JSON ``{queue_position, estimated_wait_s}``, written by the dispatcher.
 * ``sched:policy``: the policy's counters (JSON), written by the dispatcher that holds ``sched:leader``.
+* ``sched:refunds``: hash ``{tier}:{user}`` -> counter units to give back (runs that ended using fewer tokens
+  than charged); the leading dispatcher folds them into the policy's counters.
 * ``sched:rate``: recent dispatches per second (admission derives a queue-full ``Retry-After`` from it).
 
 Every mutation is one Lua script, so a claim and a cancel (or two dispatchers) cannot both take a run.
@@ -37,6 +39,7 @@ POSITIONS_KEY = f"{PREFIX}positions"
 POLICY_KEY = f"{PREFIX}policy"
 LEADER_KEY = f"{PREFIX}leader"
 RATE_KEY = f"{PREFIX}rate"
+REFUNDS_KEY = f"{PREFIX}refunds"
 
 
 def user_queue_key(tier: str, user_id: int) -> str:
@@ -253,6 +256,22 @@ class SchedulerStore:
                 },
             )
         pipe.execute()
+
+    def add_refund(self, *, tier: str, user_id: int, amount: float) -> None:
+        if amount > 0:
+            self.client.hincrbyfloat(REFUNDS_KEY, f"{tier}:{user_id}", amount)
+
+    def take_refunds(self) -> list[tuple[str, int, float]]:
+        """Reads and clears the pending refunds in one transaction."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hgetall(REFUNDS_KEY)
+        pipe.delete(REFUNDS_KEY)
+        raw, _ = pipe.execute()
+        out = []
+        for field, value in raw.items():
+            tier, user = str(field).rsplit(":", 1)
+            out.append((tier, int(user), float(value)))
+        return out
 
     def write_rate(self, per_s: float, *, ttl_s: int = 120) -> None:
         self.client.set(RATE_KEY, f"{per_s:.6f}", ex=ttl_s)

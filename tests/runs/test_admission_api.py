@@ -104,6 +104,7 @@ def test_finished_run_refunds_unused_tokens_and_records_usage(api: APIClient, us
     assert bucket(user) == pytest.approx(full - prompt_tokens - 20, abs=full * 0.001 + 5)
     assert get_admission().reservations(user_id=user.pk) == {}
     assert store.in_flight(now=9e9, ttl_s=1e12).total == 0
+    assert store.take_refunds() == [("free", user.pk, 180.0)]  # the fair-share counter is corrected too
     usage = UsageDay.objects.get(user=user)
     assert (usage.runs, usage.input_tokens, usage.output_tokens) == (1, 30, 20)
 

@@ -236,3 +236,29 @@ def test_two_dispatchers_never_dispatch_the_same_run(store: SchedulerStore, use_
     counts = Counter(r.run_id for r in sent)
     assert len(sent) == len(runs)
     assert max(counts.values()) == 1
+
+
+def test_refunds_of_ended_runs_reach_the_counters(store: SchedulerStore) -> None:
+    clock, sent = FakeClock(), []
+    store.push(q(1, 1, cost=300))
+    store.push(q(2, 2, cost=300))
+    samples = [EngineSample(slots=32, running=0, waiting=0, tpot_s=None, updated_at=clock.now)]
+    d = make_dispatcher(store, samples, sent, clock)
+    d.tick()
+    assert d.policy.counter("free", 1) == d.policy.counter("free", 2) == 300
+    store.add_refund(tier="free", user_id=1, amount=250)  # its run produced 250 tokens fewer than max_tokens
+    store.push(q(3, 1, cost=100))
+    store.push(q(4, 2, cost=100))
+    store.push(q(5, 1, cost=100))
+    d.tick()
+    # User 1's counter is 50 against user 2's 300: it goes twice first. Without the refund: 3, 4, 5.
+    assert [r.run_id for r in sent[2:]] == [3, 5, 4]
+    assert store.take_refunds() == []
+
+
+def test_run_end_in_the_web_process_refunds_the_counter_only_for_dispatched_runs(store: SchedulerStore) -> None:
+    store.push(q(1, 1))
+    assert store.remove(1) == 1  # cancelled while queued: never charged, nothing to refund
+    store.push(q(2, 1))
+    assert store.claim(q(2, 1))
+    assert store.remove(2) == 2
