@@ -124,6 +124,9 @@ class ContextConfig:
     summary_refresh_every_turns: int
     """K: an existing summary is refreshed only after K more user turns (and past the threshold), so the prompt
     prefix stays byte-identical between refreshes and vLLM's prefix cache keeps hitting."""
+    summary_force_fraction: float
+    """Past this fraction of the budget a refresh is due even before K turns: the verbatim part would soon
+    overflow, and dropping turns would break the prefix anyway."""
     summary_keep_recent_turns: int
     """The newest user turns (with their answers) a summary leaves out: they stay verbatim after a refresh."""
     summary_max_tokens: int
@@ -202,6 +205,7 @@ def context_config_from_env() -> ContextConfig:
         ),
         summary_threshold_fraction=env.float("CHAT_SUMMARY_THRESHOLD_FRACTION", default=0.5),
         summary_refresh_every_turns=env.int("CHAT_SUMMARY_REFRESH_EVERY_TURNS", default=8),
+        summary_force_fraction=env.float("CHAT_SUMMARY_FORCE_FRACTION", default=0.8),
         summary_keep_recent_turns=env.int("CHAT_SUMMARY_KEEP_RECENT_TURNS", default=2),
         summary_max_tokens=env.int("CHAT_SUMMARY_MAX_TOKENS", default=160),
         summary_priority=env.int("CHAT_SUMMARY_PRIORITY", default=100),

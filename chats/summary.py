@@ -4,9 +4,10 @@ A chat gets its first summary once its verbatim turns (those after ``chat.summar
 ``summary_threshold_fraction`` of its prompt budget; the budget is derived from the tier's
 ``context_limit_tokens``, so smaller tiers are summarized sooner. The summary covers every turn except the
 newest ``summary_keep_recent_turns`` user turns (and their answers), which stay verbatim. It is refreshed
-only after ``summary_refresh_every_turns`` (K) further user turns: between refreshes the prompt's prefix
-(system prompt, summary, the verbatim turns so far) is identical from one turn to the next, so vLLM's prefix
-cache serves it. The model writes the summary in a low-priority task (``chats.tasks.chat_summarize``).
+only after ``summary_refresh_every_turns`` (K) further user turns (or sooner when the verbatim part nears the
+budget, ``summary_force_fraction``): between refreshes the prompt's prefix (system prompt, summary, the
+verbatim turns so far) is identical from one turn to the next, so vLLM's prefix cache serves it. The model
+writes the summary in a low-priority task (``chats.tasks.chat_summarize``).
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def summary_threshold_tokens(*, budget: int, config: ContextConfig) -> int:
 
 
 def summary_due(*, state: SummaryState, budget: int, config: ContextConfig) -> bool:
-    """First summary past the threshold; afterwards a refresh every K user turns (still past the threshold).
+    """First summary past the threshold; afterwards a refresh every K user turns (still past the threshold),
+    or sooner once the verbatim part passes ``summary_force_fraction`` of the budget (it would soon overflow).
 
     After a refresh ``summary_keep_recent_turns`` user turns stay verbatim, so K more make
     ``keep + K`` unsummarized user turns.
@@ -56,6 +58,8 @@ def summary_due(*, state: SummaryState, budget: int, config: ContextConfig) -> b
     if state.unsummarized_tokens < summary_threshold_tokens(budget=budget, config=config):
         return False
     if not state.has_summary:
+        return True
+    if state.unsummarized_tokens >= budget * config.summary_force_fraction:
         return True
     return state.unsummarized_user_turns >= config.summary_keep_recent_turns + config.summary_refresh_every_turns
 

@@ -100,24 +100,23 @@ def test_smaller_tiers_are_summarized_sooner(settings: Settings) -> None:
     assert not summary_due(state=state, budget=pro_budget, config=settings.CONTEXT)
 
 
-def test_a_refresh_waits_for_k_turns_even_past_the_threshold(settings: Settings) -> None:
-    config = dataclasses.replace(settings.CONTEXT, summary_refresh_every_turns=5, summary_keep_recent_turns=2)
-    over = 10_000
-    assert not summary_due(
-        state=SummaryState(has_summary=True, unsummarized_tokens=over, unsummarized_user_turns=6),
-        budget=1000,
-        config=config,
+def test_a_refresh_waits_for_k_turns_unless_the_verbatim_part_nears_the_budget(settings: Settings) -> None:
+    config = dataclasses.replace(
+        settings.CONTEXT,
+        summary_refresh_every_turns=5,
+        summary_keep_recent_turns=2,
+        summary_threshold_fraction=0.5,
+        summary_force_fraction=0.8,
     )
-    assert summary_due(
-        state=SummaryState(has_summary=True, unsummarized_tokens=over, unsummarized_user_turns=7),
-        budget=1000,
-        config=config,
-    )
-    assert not summary_due(
-        state=SummaryState(has_summary=True, unsummarized_tokens=10, unsummarized_user_turns=70),
-        budget=1000,
-        config=config,
-    )
+
+    def due(tokens: int, user_turns: int, *, has_summary: bool = True) -> bool:
+        state = SummaryState(has_summary=has_summary, unsummarized_tokens=tokens, unsummarized_user_turns=user_turns)
+        return summary_due(state=state, budget=1000, config=config)
+
+    assert not due(499, 1, has_summary=False) and due(500, 1, has_summary=False)
+    assert not due(700, 6) and due(700, 7)  # past the threshold: every K (= 5) turns after the 2 kept
+    assert not due(400, 70)  # below the threshold nothing is due, however many turns
+    assert due(800, 3)  # nearly full: refreshed before the verbatim turns would have to be dropped
 
 
 def _long_chat(user: User, *, turns: int, words: int) -> Chat:
