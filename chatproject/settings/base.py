@@ -138,4 +138,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT_S", default=3600),
     # Queues listed first are drained first (the default is round robin; "sorted" is not what we want).
     "queue_order_strategy": "priority",
+    # Prefix for every broker key: lets several independent stacks share one Redis database (the browser
+    # tests' worker must not take tasks meant for another test worker). Empty: no prefix.
+    "global_keyprefix": env.str("CELERY_BROKER_KEY_PREFIX", default=""),
 }

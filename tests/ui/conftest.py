@@ -94,6 +94,9 @@ def _stack_env() -> dict[str, str]:
             "DATABASE_URL": _database_url(),
             "REDIS_URL": settings.REDIS_URL,
             "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+            # Tasks of this stack stay between its dispatcher and its worker, even when another test module
+            # keeps a worker of its own on the same broker database.
+            "CELERY_BROKER_KEY_PREFIX": f"ui-{os.getpid()}:",
             "PYTHONUNBUFFERED": "1",
         }
     )
@@ -238,6 +241,17 @@ def live_stack(django_db_setup: None, django_db_blocker: object) -> Iterator[Liv
     finally:
         for proc in processes.values():
             _stop(proc)
+        _drop_broker_keys(env["CELERY_BROKER_KEY_PREFIX"])
+
+
+def _drop_broker_keys(prefix: str) -> None:
+    """Removes this stack's (prefixed) broker keys: bindings and any task left unconsumed."""
+    import redis
+
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    keys = list(client.scan_iter(match=f"{prefix}*", count=500))
+    if keys:
+        client.delete(*keys)
 
 
 @pytest.fixture(scope="session")
