@@ -34,8 +34,9 @@ def _with_csp(response: HttpResponse) -> HttpResponse:
 @login_required
 @ensure_csrf_cookie
 def chat_page(request: HttpRequest, chat_id: int | None = None) -> HttpResponse:
-    """The chat application: ``/`` (a new chat) or ``/c/<id>`` (an existing one; the script checks access)."""
-    return _with_csp(render(request, "web/chat.html", {"chat_id": chat_id or ""}))
+    """The chat application: ``/`` (a new chat) or ``/c/<id>`` (an existing one). The script reads the chat id
+    from the path and loads everything through the API, which checks access (404 for another user's chat)."""
+    return _with_csp(render(request, "web/chat.html"))
 
 
 class UiLoginView(LoginView):

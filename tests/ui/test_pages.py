@@ -120,7 +120,10 @@ def test_html_in_prompts_and_answers_is_shown_as_text(page: Page, login, screens
     user = UserFactory()
     chat = ChatFactory(owner=user, title="safety")
     MessageFactory(chat=chat, role=MessageRole.USER, content="show me html")
-    answer = f"**bold** and `code`\n\n{XSS_IMG}\n\n[click](javascript:alert('xss-link'))\n\n```html\n{XSS_SCRIPT}\n```"
+    answer = (
+        f"**bold** and `code`\n\n{XSS_IMG}\n\n[click](javascript:alert('xss-link')) [docs](https://example.com/x)"
+        f"\n\n- one\n- two\n\n```html\n{XSS_SCRIPT}\n```"
+    )
     MessageFactory(chat=chat, role=MessageRole.ASSISTANT, content=answer)
     login(user)
     page.goto(f"/c/{chat.pk}")
@@ -131,6 +134,11 @@ def test_html_in_prompts_and_answers_is_shown_as_text(page: Page, login, screens
     expect(assistant).to_contain_text(XSS_IMG)
     expect(assistant).to_contain_text("[click](javascript:alert('xss-link'))")
     assert assistant.locator("img, script, a[href^='javascript']").count() == 0
+    link = assistant.locator("a")
+    expect(link).to_have_count(1)
+    expect(link).to_have_attribute("href", "https://example.com/x")
+    expect(link).to_have_attribute("rel", "noopener noreferrer nofollow")
+    expect(assistant.locator("ul > li")).to_have_text(["one", "two"])
 
     # Through the prompt box: the text reaches the server and comes back literally.
     prompt = page.get_by_role("textbox", name="Message")
