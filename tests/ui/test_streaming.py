@@ -177,3 +177,22 @@ def test_stop_ends_the_run_cancelled_and_keeps_the_partial_text(page: Page, logi
     next_bubble = send(page, "And now something short")
     expect(next_bubble).not_to_have_attribute("data-run-id", str(run.pk))
     assert Run.objects.filter(chat=run.chat).count() == 2
+
+
+def test_switching_chats_mid_answer_and_back_picks_the_answer_up_again(page: Page, login) -> None:
+    user = UserFactory()
+    login(user)
+    page.goto("/")
+    bubble = send(page, "First chat keeps talking")
+    partial = wait_for_words(bubble, 4)
+    page.get_by_role("button", name="+ New chat").click()
+    expect(page.locator("#chat-title")).to_have_text("New chat")
+    expect(page.locator("#message-list .message")).to_have_count(0)
+    page.locator("#chat-list .chat-link", has_text="First chat keeps talking").click()
+    resumed = page.locator("#message-list .message-assistant[data-run-id]").last
+    expect(resumed.locator(".message-body")).to_contain_text(words(partial).split()[0])
+    assert wait_terminal(resumed) == "done"
+    run = run_of(user)
+    assert run.assistant_message is not None
+    assert words(body_text(resumed)) == words(run.assistant_message.content)
+    assert words(body_text(resumed)).startswith(words(partial))
