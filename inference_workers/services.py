@@ -146,10 +146,11 @@ def _generate_claimed(*, run_id: int, runtime: WorkerRuntime) -> RunStatus | Non
                     continue
                 if delta.prompt_tokens is not None:
                     input_tokens = delta.prompt_tokens
-                if output_tokens == 0 and delta.new_tokens:
-                    run_mark_first_token(run_id=run_id, attempt=attempt)
+                first_token = output_tokens == 0 and delta.new_tokens > 0
                 output_tokens += delta.new_tokens
-                coalescer.add(delta.text, delta.new_tokens)
+                coalescer.add(delta.text, delta.new_tokens)  # the first text goes out before any bookkeeping
+                if first_token:
+                    run_mark_first_token(run_id=run_id, attempt=attempt)
                 if delta.finish_reason is not None:
                     finish_reason = delta.finish_reason
         except EngineError as exc:

@@ -22,9 +22,11 @@ def start_engine(sender: Any = None, **kwargs: Any) -> None:
     if sender is None or not _consumes_tier_queues(sender):
         return
     from inference_workers.runtime import start_runtime
+    from inference_workers.tokenizer import get_tokenizer
 
     logger.info("worker %s: building the %s engine", sender.hostname, settings.ENGINE.backend)
     start_runtime(worker_name=sender.hostname)
+    get_tokenizer()  # prompts are rendered with it: load it now, not in the first task (~10 s on a busy CPU)
 
 
 @worker_shutdown.connect(dispatch_uid="inference_workers.stop_engine")
