@@ -328,7 +328,12 @@ function confirmDelete(chatId) {
     const next = entry.li.nextElementSibling || entry.li.previousElementSibling;
     entry.li.remove();
     state.chats.delete(chatId);
-    clearSaved(chatId);
+    if (state.run && state.run.chatId === chatId) {
+      // The server cancelled the chat's run with it: forget its saved progress too.
+      const runId = state.run.id;
+      detachRun();
+      clearSaved(runId);
+    }
     if (state.chatId === chatId) openChat(null, { push: true });
     const focusTarget = next ? next.querySelector(".chat-link") : ui.newChat;
     (focusTarget || ui.newChat).focus();
