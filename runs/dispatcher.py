@@ -4,11 +4,15 @@
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 from django.conf import settings
+from django.utils import timezone
 
 from accounts.models import Tier
 from chatproject.redis_client import get_redis
+from runs.admission import get_scheduler_store, run_enqueue
+from runs.models import Run, RunStatus
 from runs.streams import RunStreamWriter, StreamEvent
 from scheduling.dispatcher import Dispatcher, DispatcherSettings
 from scheduling.gate import EngineSample, GatePolicy, TierGate
@@ -50,6 +54,26 @@ def publish_positions(positions: dict[int, Position]) -> None:
         )
 
 
+def requeue_lost_runs(*, older_than_s: float = 30.0, limit: int = 500) -> list[int]:
+    """Queued runs that are neither in the scheduler queue nor in flight go back in the queue.
+
+    Their push was lost: Redis was unreachable when the run committed, Redis lost its data, or the run's
+    in-flight entry expired (``SCHED_IN_FLIGHT_TTL_S``) without the run ever starting (a lost Celery message).
+    """
+    store = get_scheduler_store()
+    cutoff = timezone.now() - timedelta(seconds=older_than_s)
+    lost = []
+    runs = Run.objects.filter(status=RunStatus.QUEUED, created_at__lt=cutoff).select_related(
+        "user", "tier", "user_message"
+    )
+    for run in runs.order_by("created_at")[:limit]:
+        if not store.is_queued_or_in_flight(run.pk, run.tier.name):
+            logger.warning("run %s was queued in Postgres but not in the scheduler: queueing it again", run.pk)
+            run_enqueue(run=run)
+            lost.append(run.pk)
+    return lost
+
+
 def build_dispatcher(*, use_leader_lock: bool = True) -> Dispatcher:
     cfg = settings.SCHEDULER
     tiers = list(Tier.objects.order_by("priority"))
@@ -74,4 +98,5 @@ def build_dispatcher(*, use_leader_lock: bool = True) -> Dispatcher:
         send=send_run,
         on_positions=publish_positions,
         use_leader_lock=use_leader_lock,
+        housekeeping=requeue_lost_runs,
     )

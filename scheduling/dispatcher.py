@@ -37,6 +37,8 @@ class DispatcherSettings:
     """Queue positions are computed for at most this many runs (the rest have none)."""
     rate_window_s: float = 60.0
     """Window of the dispatch rate that turns a queue position into an estimated wait."""
+    housekeeping_interval_s: float = 30.0
+    """How often the leader runs ``housekeeping`` (re-queueing runs whose push was lost)."""
 
 
 def fair_slot_share(slots: int, in_flight: dict[int, int], heads: dict[str, dict[int, QueuedRun]]) -> float:
@@ -68,6 +70,7 @@ class Dispatcher:
         on_positions: Callable[[dict[int, Position]], None] | None = None,
         clock: Callable[[], float] = time.time,
         use_leader_lock: bool = True,
+        housekeeping: Callable[[], None] | None = None,
     ) -> None:
         self.store = store
         self.policy = policy
@@ -78,6 +81,8 @@ class Dispatcher:
         self.on_positions = on_positions
         self.clock = clock
         self.use_leader_lock = use_leader_lock
+        self.housekeeping = housekeeping
+        self._last_housekeeping_at = float("-inf")
         self.token = store.new_lock_token()
         self._dispatch_times: deque[float] = deque()
         self._last_positions_at = float("-inf")
@@ -141,6 +146,14 @@ class Dispatcher:
         self.store.save_policy(self.policy.to_dict())
         if self.clock() - self._last_positions_at >= self.settings.positions_interval_s:
             self.refresh_positions()
+        if self.housekeeping is not None and (
+            self.clock() - self._last_housekeeping_at >= self.settings.housekeeping_interval_s
+        ):
+            self._last_housekeeping_at = self.clock()
+            try:
+                self.housekeeping()
+            except Exception:
+                logger.exception("dispatcher housekeeping failed")
         return sent
 
     def _admits_for(

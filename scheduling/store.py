@@ -168,6 +168,12 @@ class SchedulerStore:
         keys = [run_meta_key(run_id), INFLIGHT_KEY, POSITIONS_KEY, INFLIGHT_USERS_KEY]
         return int(self._remove(keys=keys, args=[run_id, PREFIX]))
 
+    def is_queued_or_in_flight(self, run_id: int, tier: str) -> bool:
+        """Read in this order so a concurrent claim (queued -> in flight) cannot make a run look absent."""
+        if self.client.zscore(queued_key(tier), str(run_id)) is not None:
+            return True
+        return self.client.zscore(INFLIGHT_KEY, str(run_id)) is not None
+
     def queue_depth(self, tier: str) -> int:
         return int(self.client.zcard(queued_key(tier)))
 

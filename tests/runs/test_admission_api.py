@@ -150,3 +150,21 @@ def test_dispatcher_sends_queued_runs_to_their_tier_queue(api: APIClient, user: 
     dispatcher.tick()
     assert sent == [(run_id, "free")]
     assert Run.objects.get(pk=run_id).status == RunStatus.QUEUED  # the worker marks it streaming
+
+
+def test_runs_whose_push_was_lost_are_queued_again(api: APIClient, user: User) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from runs.dispatcher import requeue_lost_runs
+
+    _in_flight, lost = (post(api, user)[1]["run"]["id"] for _ in range(2))
+    store = get_scheduler_store()
+    assert store.claim(store.heads()["free"][user.pk])  # the first was dispatched (the worker has not started it)
+    assert store.remove(lost) == 1  # the second's push is lost (as if Redis had been down at commit)
+    assert requeue_lost_runs() == []  # too recent: its push may still be on its way
+    Run.objects.update(created_at=timezone.now() - timedelta(minutes=5))
+    assert requeue_lost_runs() == [lost]  # the in-flight one is left alone
+    assert store.heads()["free"][user.pk].run_id == lost
+    assert requeue_lost_runs() == []
