@@ -23,13 +23,14 @@ import statistics
 import sys
 import time
 from collections import defaultdict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from scheduling.dispatcher import fair_slot_share, user_is_busy
-from scheduling.gate import EngineSample, GatePolicy, TierGate, aggregate, engine_load
+from scheduling.gate import EngineLoad, EngineSample, GatePolicy, TierGate, aggregate, engine_load
 from scheduling.policy import FairPolicy, MemoryQueues, QueuedRun, TierSpec, dispatch_one
 
 TIERS = [
@@ -107,7 +108,8 @@ class Engine:
         self.step_end = now + duration
 
     def finish_step(self, now: float) -> list[Request]:
-        done, still = [], []
+        done: list[Request] = []
+        still: list[Request] = []
         per_user: dict[tuple[int, str], int] = defaultdict(int)
         for req in self.running:
             req.produced += 1
@@ -165,6 +167,20 @@ class Result:
     engine: Engine
     horizon: float
     dispatched: list[tuple[float, Request]]
+
+
+def admits_for(
+    gate: GatePolicy, load: EngineLoad, busy: dict[int, int], queues: MemoryQueues, slots: int
+) -> Callable[[str, QueuedRun], bool]:
+    """The gate as the dispatcher applies it (``Dispatcher._admits_for``): headroom for users below their share."""
+    heads = queues.heads()
+    share = fair_slot_share(slots, busy, heads)
+    top = next((t.name for t in TIERS if heads.get(t.name)), None)
+
+    def admits(tier: str, run: QueuedRun) -> bool:
+        return gate.admits(tier, load, user_busy=user_is_busy(run, in_flight=busy, share=share, top_tier=top))
+
+    return admits
 
 
 def simulate(
@@ -246,16 +262,7 @@ def simulate(
             fresh, _ = aggregate([sample], now=now, stale_after_s=5.0)
             while True:
                 load = engine_load(fresh, in_flight=0, dispatched_since_stats=since_hb)
-                heads = queues.heads()
-                share = fair_slot_share(engine.slots, busy, heads)
-                top = next((t.name for t in TIERS if heads.get(t.name)), None)
-                run = dispatch_one(
-                    policy,
-                    queues,
-                    lambda tier, r, load=load, share=share, top=top: gate.admits(
-                        tier, load, user_busy=user_is_busy(r, in_flight=busy, share=share, top_tier=top)
-                    ),
-                )
+                run = dispatch_one(policy, queues, admits_for(gate, load, busy, queues, engine.slots))
                 if run is None:
                     break
                 busy[run.user_id] += 1
@@ -536,16 +543,7 @@ def realtime_isolation(backend: str, light_s: float, flood_s: float, seed: int) 
                     since, next_hb = 0, now + 1.0
                 while sample is not None:
                     load = engine_load([sample], in_flight=0, dispatched_since_stats=since)
-                    heads = queues.heads()
-                    share = fair_slot_share(config.max_num_seqs, busy, heads)
-                    top = next((t.name for t in TIERS if heads.get(t.name)), None)
-                    chosen = dispatch_one(
-                        policy,
-                        queues,
-                        lambda tier, r, load=load, share=share, top=top: GATE.admits(
-                            tier, load, user_busy=user_is_busy(r, in_flight=busy, share=share, top_tier=top)
-                        ),
-                    )
+                    chosen = dispatch_one(policy, queues, admits_for(GATE, load, busy, queues, config.max_num_seqs))
                     if chosen is None:
                         break
                     busy[chosen.user_id] += 1

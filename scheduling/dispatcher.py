@@ -70,7 +70,7 @@ class Dispatcher:
         on_positions: Callable[[dict[int, Position]], None] | None = None,
         clock: Callable[[], float] = time.time,
         use_leader_lock: bool = True,
-        housekeeping: Callable[[], None] | None = None,
+        housekeeping: Callable[[], object] | None = None,
     ) -> None:
         self.store = store
         self.policy = policy

@@ -11,7 +11,7 @@ import redis
 from scheduling.dispatcher import Dispatcher, DispatcherSettings
 from scheduling.gate import EngineSample, GatePolicy, TierGate
 from scheduling.policy import FairPolicy, QueuedRun, TierSpec
-from scheduling.store import InFlight, SchedulerStore
+from scheduling.store import InFlight, Position, SchedulerStore
 
 TIERS = ["pro", "plus", "free", "batch"]
 SPECS = [
@@ -87,7 +87,7 @@ def test_push_claim_remove(store: SchedulerStore) -> None:
 
 
 def test_dispatch_follows_the_policy_and_marks_runs_in_flight(store: SchedulerStore) -> None:
-    clock, sent = FakeClock(), []
+    clock, sent = FakeClock(), list[QueuedRun]()
     for i in range(4):
         store.push(q(100 + i, 1))
     store.push(q(200, 2))
@@ -102,7 +102,7 @@ def test_dispatch_follows_the_policy_and_marks_runs_in_flight(store: SchedulerSt
 
 
 def test_dispatch_is_gated_on_engine_statistics(store: SchedulerStore) -> None:
-    clock, sent = FakeClock(), []
+    clock, sent = FakeClock(), list[QueuedRun]()
     for i in range(10):
         store.push(q(i + 1, 1))
     samples = [EngineSample(slots=4, running=4, waiting=1, tpot_s=0.2, updated_at=clock.now)]
@@ -116,7 +116,7 @@ def test_dispatch_is_gated_on_engine_statistics(store: SchedulerStore) -> None:
 
 
 def test_stale_statistics_fall_back_to_the_in_flight_cap(store: SchedulerStore) -> None:
-    clock, sent = FakeClock(), []
+    clock, sent = FakeClock(), list[QueuedRun]()
     for i in range(10):
         store.push(q(i + 1, 1))
     samples = [EngineSample(slots=32, running=0, waiting=0, tpot_s=None, updated_at=clock.now - 60)]
@@ -134,7 +134,7 @@ def test_stale_statistics_fall_back_to_the_in_flight_cap(store: SchedulerStore) 
 
 
 def test_batch_is_dispatched_only_when_the_engines_are_idle(store: SchedulerStore) -> None:
-    clock, sent = FakeClock(), []
+    clock, sent = FakeClock(), list[QueuedRun]()
     for i in range(6):
         store.push(q(i + 1, 1, tier="batch"))
     samples = [EngineSample(slots=8, running=5, waiting=0, tpot_s=0.2, updated_at=clock.now)]
@@ -145,7 +145,7 @@ def test_batch_is_dispatched_only_when_the_engines_are_idle(store: SchedulerStor
 
 
 def test_runs_cancelled_while_queued_are_never_dispatched(store: SchedulerStore) -> None:
-    clock, sent = FakeClock(), []
+    clock, sent = FakeClock(), list[QueuedRun]()
     for i in range(4):
         store.push(q(i + 1, 1))
     store.remove(2)
@@ -169,7 +169,7 @@ def test_send_failure_puts_the_run_back(store: SchedulerStore) -> None:
 
 
 def test_queue_positions_and_estimated_wait(store: SchedulerStore) -> None:
-    clock, sent, reported = FakeClock(), [], []
+    clock, sent, reported = FakeClock(), list[QueuedRun](), list[dict[int, Position]]()
     for i in range(3):
         store.push(q(i + 1, 1))
     store.push(q(9, 2, tier="pro"))
@@ -239,7 +239,7 @@ def test_two_dispatchers_never_dispatch_the_same_run(store: SchedulerStore, use_
 
 
 def test_refunds_of_ended_runs_reach_the_counters(store: SchedulerStore) -> None:
-    clock, sent = FakeClock(), []
+    clock, sent = FakeClock(), list[QueuedRun]()
     store.push(q(1, 1, cost=300))
     store.push(q(2, 2, cost=300))
     samples = [EngineSample(slots=32, running=0, waiting=0, tpot_s=None, updated_at=clock.now)]

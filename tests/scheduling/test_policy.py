@@ -51,7 +51,7 @@ def test_round_robin_is_weighted_by_token_cost() -> None:
         queues.push(run(1, cost=400))
         queues.push(run(2, cost=100))
     served = drain(policy, queues, 10)
-    tokens = Counter()
+    tokens: Counter[int] = Counter()
     for r in served:
         tokens[r.user_id] += r.cost
     # Token service stays within one large request of equal.
