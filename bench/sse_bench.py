@@ -402,6 +402,8 @@ def main() -> None:
                 "--no-access-log",
                 "--lifespan",
                 "off",
+                "--timeout-graceful-shutdown",
+                "2",
                 "--backlog",
                 "4096",
                 "--log-level",

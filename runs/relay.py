@@ -22,6 +22,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import redis
 import redis.asyncio as aioredis
@@ -43,10 +44,10 @@ class Subscription:
         self.key = stream_key(run_id)
         self.cursor = cursor
         """Highest sequence number handed to this subscription so far."""
-        self._pending: list[StreamEntry] = []
+        self._pending: list[Entry] = []
         self._waiter: asyncio.Future[None] | None = None
 
-    def offer(self, entry: StreamEntry) -> None:
+    def offer(self, entry: Entry) -> None:
         if entry.seq <= self.cursor:
             return
         self.cursor = entry.seq
@@ -55,7 +56,7 @@ class Subscription:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    async def next_batch(self, timeout: float) -> list[StreamEntry]:
+    async def next_batch(self, timeout: float) -> list[Entry]:
         """Every entry that arrived since the last call; an empty list after ``timeout`` seconds of nothing."""
         if not self._pending:
             loop = asyncio.get_running_loop()
@@ -98,13 +99,33 @@ class _WatchedKey:
         self.packed_id = _bulk(b"0-%d" % seq)
 
 
-def _parse_raw_entry(raw_id: bytes, raw_fields: list[bytes]) -> StreamEntry:
+class RawEntry:
+    """A stream entry as the reader got it; its JSON is parsed only if something needs the fields (merging
+    deltas, a terminal check does not): a client that keeps up gets the bytes as Redis holds them."""
+
+    __slots__ = ("_data", "event", "raw", "seq")
+
+    def __init__(self, seq: int, event: StreamEvent, raw: bytes) -> None:
+        self.seq = seq
+        self.event = event
+        self.raw = raw
+        self._data: dict[str, Any] | None = None
+
+    @property
+    def data(self) -> dict[str, Any]:
+        if self._data is None:
+            self._data = json.loads(self.raw)
+        return self._data
+
+
+Entry = StreamEntry | RawEntry
+
+_EVENTS = {event.value.encode(): event for event in StreamEvent}
+
+
+def _parse_raw_entry(raw_id: bytes, raw_fields: list[bytes]) -> RawEntry:
     fields = dict(zip(raw_fields[::2], raw_fields[1::2], strict=True))
-    return StreamEntry(
-        seq=int(raw_id.split(b"-", 1)[1]),
-        event=StreamEvent(fields[b"event"].decode()),
-        data=json.loads(fields.get(b"data") or b"{}"),
-    )
+    return RawEntry(int(raw_id.split(b"-", 1)[1]), _EVENTS[fields[b"event"]], fields.get(b"data") or b"{}")
 
 
 @dataclass
@@ -321,5 +342,5 @@ def get_relay() -> StreamRelay:
     return relay
 
 
-def is_terminal(entry: StreamEntry) -> bool:
+def is_terminal(entry: Entry) -> bool:
     return entry.event in TERMINAL_EVENTS

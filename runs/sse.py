@@ -17,7 +17,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -26,26 +26,41 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 from django_eventstream.event import Event
 from django_eventstream.storage import StorageBase
-from django_eventstream.utils import sse_encode_event
 
 from runs.models import TERMINAL_STATUSES, Run
-from runs.relay import StreamRelay, get_relay, is_terminal
+from runs.relay import Entry, RawEntry, StreamRelay, get_relay, is_terminal
 from runs.streams import StreamEntry, StreamEvent, read_after, run_terminal_event, stream_key
 
 logger = logging.getLogger(__name__)
 
-KEEPALIVE = ": keep-alive\n\n"
+KEEPALIVE = b": keep-alive\n\n"
 
 
-def encode(event: str, data: dict[str, Any], seq: int | None) -> str:
-    return sse_encode_event(event, json.dumps(data, separators=(",", ":")), event_id=seq)
+def encode(event: StreamEvent, data: dict[str, Any], seq: int | None) -> bytes:
+    """One SSE event, framed as django-eventstream frames them (``event:``, ``id:``, one ``data:`` line)."""
+    body = json.dumps(data, separators=(",", ":")).encode()
+    if seq is None:
+        return b"event: %s\ndata: %s\n\n" % (event.value.encode(), body)
+    return b"event: %s\nid: %d\ndata: %s\n\n" % (event.value.encode(), seq, body)
 
 
-def coalesce(entries: Iterable[StreamEntry]) -> list[StreamEntry]:
+def encode_entry(entry: Entry) -> bytes:
+    """A stream entry as an SSE event; the JSON goes out as Redis holds it when it is one line (it always is
+    from ``RunStreamWriter``: ``json.dumps`` escapes newlines)."""
+    if isinstance(entry, RawEntry) and b"\n" not in entry.raw and b"\r" not in entry.raw:
+        return b"event: %s\nid: %d\ndata: %s\n\n" % (entry.event.value.encode(), entry.seq, entry.raw)
+    return encode(entry.event, entry.data, entry.seq)
+
+
+def encode_all(entries: Iterable[Entry]) -> bytes:
+    return b"".join(encode_entry(entry) for entry in entries)
+
+
+def coalesce(entries: Iterable[Entry]) -> list[Entry]:
     """Merges runs of consecutive deltas into one (carrying the last one's id): a client that fell behind
     gets fewer, larger events, and resuming from that id is still exact. Fields other than ``text`` are
     the first delta's (a benchmark's write timestamp then measures the oldest text in the event)."""
-    out: list[StreamEntry] = []
+    out: list[Entry] = []
     for entry in entries:
         prev = out[-1] if out else None
         if prev is not None and prev.event == StreamEvent.DELTA and entry.event == StreamEvent.DELTA:
@@ -149,7 +164,7 @@ def get_status_reader() -> RunStatusReader:
 class OpenedStream:
     """The result of opening a run's stream: what to send first, and whether to follow it live."""
 
-    first: list[StreamEntry]
+    first: Sequence[Entry]
     live: bool
     initial_status: str | None
     """A run with nothing in Redis yet (queued): its status from Postgres, sent as the first event."""
@@ -181,7 +196,7 @@ async def open_run_stream(*, run: Run, after_seq: int, relay: StreamRelay | None
 
 async def iter_run_events(
     *, run_id: int, after_seq: int, opened: OpenedStream, relay: StreamRelay | None = None
-) -> AsyncIterator[str]:
+) -> AsyncIterator[bytes]:
     """The SSE body: the opening entries, then live entries until the terminal event.
 
     While nothing comes from Redis for ``status_poll_s``, the run's status is re-read from Postgres: a
@@ -195,13 +210,13 @@ async def iter_run_events(
     if opened.initial_status is not None:
         yield encode(StreamEvent.STATUS, {"status": opened.initial_status}, None)
     if opened.first:
-        yield "".join(encode(e.event, e.data, e.seq) for e in coalesce(opened.first))
+        yield encode_all(coalesce(opened.first))
         cursor = opened.first[-1].seq
     if not opened.live:
         return
     sub, catch_up = await relay.subscribe(run_id, cursor)
     try:
-        pending = catch_up
+        pending: list[Entry] = list(catch_up)
         last_status = opened.initial_status
         last_write = last_entry_at = time.monotonic()
         finished_in_db_at: float | None = None
@@ -212,7 +227,7 @@ async def iter_run_events(
             if pending:
                 batch, pending = coalesce(pending), []
                 cursor = batch[-1].seq
-                yield "".join(encode(e.event, e.data, e.seq) for e in batch)
+                yield encode_all(batch)
                 last_write = last_entry_at = now
                 finished_in_db_at = None
                 if any(is_terminal(e) for e in batch):
@@ -236,9 +251,7 @@ async def iter_run_events(
                     elif now - finished_in_db_at >= cfg.status_poll_s:
                         finished = await db_call(_load_finished_run, run_id)
                         if finished is not None:
-                            yield "".join(
-                                encode(e.event, e.data, e.seq) for e in final_state_entries(finished, after_seq=cursor)
-                            )
+                            yield encode_all(final_state_entries(finished, after_seq=cursor))
                             return
                 elif status != last_status:
                     yield encode(StreamEvent.STATUS, {"status": status}, None)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -34,6 +35,7 @@ from tests.factories import RunFactory, UserFactory
 
 ROOT = Path(__file__).resolve().parents[2]
 PORTS = (8130, 8131)
+LOGS = ROOT / "artifacts" / "test-stream-logs"
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
@@ -55,6 +57,11 @@ def web(django_db_setup: None, django_db_blocker: Any) -> Iterator[tuple[str, st
         "STREAM_KEEPALIVE_S": "1",
         "LOG_LEVEL": "WARNING",
     }
+    LOGS.mkdir(parents=True, exist_ok=True)
+    for port in PORTS:  # a server left over from an interrupted run would answer in place of ours
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                raise RuntimeError(f"port {port} is taken: stop the process listening there")
     procs = [
         subprocess.Popen(
             [
@@ -69,11 +76,13 @@ def web(django_db_setup: None, django_db_blocker: Any) -> Iterator[tuple[str, st
                 "--no-access-log",
                 "--lifespan",
                 "off",
+                "--timeout-graceful-shutdown",
+                "2",
             ],
             cwd=ROOT,
             env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            stdout=(LOGS / f"web-{port}.log").open("wb"),
+            stderr=subprocess.STDOUT,
         )
         for port in PORTS
     ]
@@ -83,7 +92,7 @@ def web(django_db_setup: None, django_db_blocker: Any) -> Iterator[tuple[str, st
         for url, proc in zip(urls, procs, strict=True):
             while True:
                 if proc.poll() is not None:
-                    raise RuntimeError(f"uvicorn exited: {proc.stderr.read().decode() if proc.stderr else ''}")
+                    raise RuntimeError(f"uvicorn exited; see {LOGS}")
                 try:
                     if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
                         break
@@ -129,12 +138,15 @@ def read_events(
     if last_event_id is not None:
         headers["Last-Event-ID"] = str(last_event_id)
     events: list[SseEvent] = []
+    deadline = time.monotonic() + timeout  # keep-alive comments would renew a per-read timeout forever
     with httpx.Client(timeout=timeout) as client, client.stream("GET", url, headers=headers, params=params) as resp:
         if resp.status_code != 200:
             return resp.status_code, events
         assert resp.headers["content-type"].startswith("text/event-stream")
         fields: dict[str, str] = {}
         for line in resp.iter_lines():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{url}: no end after {timeout} s; got {[e.event for e in events]}")
             if line == "":
                 if "event" in fields:
                     events.append(
@@ -451,12 +463,15 @@ def test_many_clients_on_one_process_each_get_the_whole_stream(
 
 # -- through the real worker path ------------------------------------------------------------------------------
 
-LOGS = ROOT / "artifacts" / "test-stream-logs"
-
 
 @pytest.fixture(scope="module")
-def worker(web: tuple[str, str]) -> Iterator[None]:
+def worker(web: tuple[str, str], django_db_blocker: Any) -> Iterator[None]:
     """A Celery worker on the simulated engine (and the dispatcher), on the same database and Redis."""
+    from accounts.models import Tier
+    from accounts.tier_defaults import seed_default_tiers
+
+    with django_db_blocker.unblock():
+        seed_default_tiers(Tier)  # the dispatcher reads the tiers once, at start
     db = connection.settings_dict
     env = {
         **os.environ,
