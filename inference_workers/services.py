@@ -137,10 +137,15 @@ def _generate_claimed(*, run_id: int, runtime: WorkerRuntime) -> RunStatus | Non
         coalescer = DeltaCoalescer(writer, interval_s=current_flush_interval, max_tokens=streams.flush_max_tokens)
         input_tokens = output_tokens = 0
         finish_reason = "abort"
-        if runtime.cancel_pending(run_id):
-            runtime.request_cancel(run_id)
+        if runtime.cancel_pending(run_id):  # cancelled between the claim and now: nothing to generate
+            return _finish(writer, run_id=run_id, attempt=attempt, result=GenerationResult("", 0, 0, "abort"))
+        last_abort = 0.0
         try:
             for delta in runtime.host.stream(request, poll_s=streams.flush_interval_s):
+                if active.cancel_requested.is_set() and time.monotonic() - last_abort > 0.5:
+                    # An abort that reached the engine before the request did is a no-op: repeat it.
+                    runtime.host.abort(request.request_id)
+                    last_abort = time.monotonic()
                 if delta is None:
                     coalescer.flush_if_due()
                     continue
@@ -163,13 +168,17 @@ def _generate_claimed(*, run_id: int, runtime: WorkerRuntime) -> RunStatus | Non
     result = GenerationResult(
         text=coalescer.text, input_tokens=input_tokens, output_tokens=output_tokens, finish_reason=finish_reason
     )
+    return _finish(writer, run_id=run_id, attempt=attempt, result=result)
+
+
+def _finish(writer: RunStreamWriter, *, run_id: int, attempt: int, result: GenerationResult) -> RunStatus | None:
     finished = run_finish(run_id=run_id, attempt=attempt, result=result)
     if finished is None:
         logger.warning("run %s: attempt %s was superseded; its result is dropped", run_id, attempt)
         return None
     _append_terminal(writer, finished)
     if finished.status == RunStatus.CANCELLED:
-        runtime.client.delete(cancel_key(run_id))
+        writer.client.delete(cancel_key(run_id))
     return RunStatus(finished.status)
 
 

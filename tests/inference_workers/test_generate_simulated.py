@@ -17,7 +17,7 @@ from inference_workers.selectors import worker_heartbeats
 from inference_workers.services import DeltaCoalescer, generate_run
 from runs.models import FinishReason, Run, RunStatus
 from runs.services import run_cancel
-from runs.streams import RunStreamWriter, StreamEvent
+from runs.streams import RunStreamWriter, StreamEvent, cancel_key
 from tests.factories import RunFactory
 from tests.inference_workers.conftest import stream_of, text_after_last_reset, wait_for
 
@@ -191,3 +191,17 @@ def test_coalescer_sends_first_token_at_once_then_batches() -> None:
     coalescer.flush()
     assert writer.events[-1] == {"text": "f", "tokens": 1}
     assert coalescer.text == "Abcdef"
+
+
+def test_cancel_signalled_before_generation_starts_ends_cancelled_without_text(
+    sim_runtime: WorkerRuntime, clean_redis: Any
+) -> None:
+    run = RunFactory()
+    clean_redis.set(cancel_key(run.pk), "1")  # the signal landed between the worker's claim and its first step
+
+    assert generate_run(run_id=run.pk, runtime=sim_runtime) == RunStatus.CANCELLED
+
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED and run.output_tokens == 0 and run.assistant_message is None
+    assert stream_of(run)[-1].data["status"] == "cancelled"
+    assert not clean_redis.exists(cancel_key(run.pk))
