@@ -78,13 +78,15 @@ def parse_entry(entry_id: str, fields: dict[str, str]) -> StreamEntry:
 def read_after(run_id: int, after_seq: int, *, client: redis.Redis | None = None) -> list[StreamEntry]:
     """Every entry after ``after_seq`` that is still buffered (none once the stream expired)."""
     client = client or get_redis()
-    raw = client.xrange(stream_key(run_id), min=f"({0}-{after_seq}" if after_seq else "-", max="+")
+    raw: list[tuple[str, dict[str, str]]] = client.xrange(  # type: ignore[assignment]
+        stream_key(run_id), min=f"(0-{after_seq}" if after_seq else "-", max="+"
+    )
     return [parse_entry(entry_id, fields) for entry_id, fields in raw]
 
 
 def last_seq(run_id: int, *, client: redis.Redis | None = None) -> int:
     client = client or get_redis()
-    last = client.xrevrange(stream_key(run_id), count=1)
+    last: list[tuple[str, dict[str, str]]] = client.xrevrange(stream_key(run_id), count=1)  # type: ignore[assignment]
     return int(last[0][0].split("-", 1)[1]) if last else 0
 
 
