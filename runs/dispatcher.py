@@ -74,6 +74,14 @@ def requeue_lost_runs(*, older_than_s: float = 30.0, limit: int = 500) -> list[i
     return lost
 
 
+def housekeeping() -> None:
+    """The leader's periodic repairs: runs whose push was lost, and runs whose worker died mid-stream."""
+    from inference_workers.services import reap_orphaned_runs
+
+    requeue_lost_runs()
+    reap_orphaned_runs()
+
+
 def build_dispatcher(*, use_leader_lock: bool = True) -> Dispatcher:
     cfg = settings.SCHEDULER
     tiers = list(Tier.objects.order_by("priority"))
@@ -98,5 +106,5 @@ def build_dispatcher(*, use_leader_lock: bool = True) -> Dispatcher:
         send=send_run,
         on_positions=publish_positions,
         use_leader_lock=use_leader_lock,
-        housekeeping=requeue_lost_runs,
+        housekeeping=housekeeping,
     )

@@ -37,8 +37,9 @@ class DispatcherSettings:
     """Queue positions are computed for at most this many runs (the rest have none)."""
     rate_window_s: float = 60.0
     """Window of the dispatch rate that turns a queue position into an estimated wait."""
-    housekeeping_interval_s: float = 30.0
-    """How often the leader runs ``housekeeping`` (re-queueing runs whose push was lost)."""
+    housekeeping_interval_s: float = 10.0
+    """How often the leader runs ``housekeeping`` (re-queueing runs whose push was lost, reaping runs whose
+    worker died)."""
 
 
 def fair_slot_share(slots: int, in_flight: dict[int, int], heads: dict[str, dict[int, QueuedRun]]) -> float:

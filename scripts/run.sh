@@ -28,11 +28,8 @@ SLOTS="$($PY -c 'import django; django.setup(); from django.conf import settings
 .venv/bin/celery -A chatproject worker -P threads -c "$SLOTS" -Q pro,plus,free,batch --prefetch-multiplier 1 -E \
   --hostname "worker@%h" -l info &
 pids+=($!)
-# Requeues (or fails) runs whose worker died mid-stream, so none stays streaming forever.
-$PY manage.py reap_orphaned_runs --loop 5 &
-pids+=($!)
-
-# The fair scheduler: moves admitted runs into the Celery tier queues while the engines have room.
+# The fair scheduler: moves admitted runs into the Celery tier queues while the engines have room; its
+# housekeeping also requeues (or fails) runs whose worker died mid-stream, so none stays streaming forever.
 $PY manage.py run_dispatcher &
 pids+=($!)
 
