@@ -281,8 +281,11 @@ def proc_threads(pid: int) -> int:
 
 
 def redis_calls(client: object) -> dict[str, int]:
+    """Calls per command (and ``<name>:usec``, the microseconds Redis spent in it), server-wide."""
     stats = client.info("commandstats")  # type: ignore[attr-defined]
-    return {name.removeprefix("cmdstat_"): int(value["calls"]) for name, value in stats.items()}
+    calls = {name.removeprefix("cmdstat_"): int(value["calls"]) for name, value in stats.items()}
+    calls.update({name.removeprefix("cmdstat_") + ":usec": int(value["usec"]) for name, value in stats.items()})
+    return calls
 
 
 def redis_cpu_s(client: object) -> float:
@@ -323,7 +326,9 @@ async def run_level(
     redis_cpu = redis_cpu_s(redis_client) - redis_cpu0
     complete = sum(1 for got, want in zip(results, written["per_run"], strict=True) if got == want)
     deltas = {name: calls1.get(name, 0) - calls0.get(name, 0) for name in calls1}
+    usec = {name: deltas.pop(name) for name in list(deltas) if name.endswith(":usec")}
     total_calls = sum(v for name, v in deltas.items() if name not in ("info",))
+    xreads = deltas.get("xread", 0)
     top = ", ".join(f"{k} {v}" for k, v in sorted(deltas.items(), key=lambda kv: -kv[1])[:5] if v)
     tokens = written["tokens"]
     lat = stats.latencies
@@ -355,6 +360,11 @@ async def run_level(
         )
     print(f"web process CPU: {web_cpu:.2f} s = {web_cpu / tokens * 1000:.3f} s per 1,000 relayed tokens")
     print(f"Redis commands per generated token: {total_calls / tokens:.4f}  ({total_calls} commands: {top})")
+    if xreads:
+        print(
+            f"relay XREADs: {xreads} ({xreads / args.duration:.0f}/s), "
+            f"{usec.get('xread:usec', 0) / xreads:.0f} us of Redis time each"
+        )
     print(
         f"client side CPU {cpu1 - cpu0:.1f} s, writer CPU {written['cpu_s']:.1f} s, Redis CPU {redis_cpu:.1f} s, "
         f"writing for {args.duration:g} s (2 cores shared)"
