@@ -17,6 +17,11 @@ from runs.sse_asgi import with_stream_route  # noqa: E402
 
 application = with_stream_route(_django)
 
+# Prompts are counted with the model's tokenizer at POST time; load it now rather than on the first prompt.
+from inference_workers.tokenizer import warm_up_in_background  # noqa: E402
+
+warm_up_in_background()
+
 # Thousands of open streams keep hundreds of thousands of objects alive; a full collection over them
 # (and over everything imported above) stalled the event loop for ~300 ms every few seconds under load.
 # Objects that exist now live as long as the process: keep the collector off them, and collect less often.

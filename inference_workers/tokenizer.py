@@ -28,3 +28,20 @@ def apply_chat_template(messages: list[dict[str, str]]) -> str:
     """Renders ``[{role, content}, ...]`` into the prompt text, ending with the assistant's turn opener."""
     rendered: str = get_tokenizer().apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     return rendered
+
+
+def warm_up_in_background() -> None:
+    """Loads the tokenizer on a daemon thread so a web process's first prompt does not pay ~10 s for it.
+
+    A missing model folder is not fatal here: the first prompt then reports it (or loads it) as usual.
+    """
+    import logging
+    import threading
+
+    def load() -> None:
+        try:
+            get_tokenizer()
+        except Exception:  # noqa: BLE001 - warm-up is best effort; the request path raises the real error
+            logging.getLogger(__name__).warning("tokenizer warm-up failed for %s", settings.ENGINE.model_path)
+
+    threading.Thread(target=load, name="tokenizer-warmup", daemon=True).start()
