@@ -8,7 +8,6 @@ these tests are transactional.
 from __future__ import annotations
 
 import dataclasses
-import os
 import signal
 import subprocess
 import sys
@@ -29,30 +28,13 @@ from runs.services import run_cancel
 from runs.streams import StreamEvent
 from tests.factories import ChatFactory, MessageFactory, RunFactory, UserFactory
 from tests.inference_workers.conftest import stream_of, text_after_last_reset, wait_for, wait_terminal
+from tests.processes import celery_worker_argv, child_env
 
 pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True)]
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER_NAME = "enginetest@h2"
 SLOTS = 8
-
-
-def _database_url() -> str:
-    db = settings.DATABASES["default"]
-    return f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-
-
-def _child_env(**extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        DJANGO_SETTINGS_MODULE="chatproject.settings.test",
-        DATABASE_URL=_database_url(),
-        REDIS_URL=settings.REDIS_URL,
-        CELERY_BROKER_URL=settings.CELERY_BROKER_URL,
-        PYTHONPATH=str(ROOT),
-        **extra,
-    )
-    return env
 
 
 def _stop(proc: subprocess.Popen[bytes], *, grace_s: float = 30) -> None:
@@ -71,13 +53,13 @@ def engine_worker(django_db_setup: None, django_db_blocker: Any) -> Iterator[str
     from chatproject.redis_client import get_redis
 
     broker_db = settings.CELERY_BROKER_URL.rsplit("/", 1)[-1]
-    assert broker_db not in ("0", "1", "2"), "the engine tests need their own broker database"
+    assert broker_db != "0", "the engine tests flush their broker database: never the dev stack's db 0"
     import redis
 
     redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()  # stale tasks of earlier runs
     log_path = ROOT / "artifacts" / "engine-worker.log"
     log_path.parent.mkdir(exist_ok=True)
-    env = _child_env(
+    env = child_env(
         ENGINE_BACKEND="vllm",
         ENGINE_MAX_NUM_SEQS=str(SLOTS),
         ENGINE_MAX_MODEL_LEN="2048",
@@ -86,27 +68,7 @@ def engine_worker(django_db_setup: None, django_db_blocker: Any) -> Iterator[str
         ENGINE_ENFORCE_EAGER="true",
         CHAT_AFFINITY="false",
     )
-    cmd = [
-        str(ROOT / ".venv" / "bin" / "celery"),
-        "-A",
-        "chatproject",
-        "worker",
-        "-P",
-        "threads",
-        "-c",
-        str(SLOTS),
-        "-Q",
-        "pro,plus,free,batch",
-        "--prefetch-multiplier",
-        "1",
-        "-E",
-        "-n",
-        WORKER_NAME,
-        "--without-gossip",
-        "--without-mingle",
-        "-l",
-        "info",
-    ]
+    cmd = celery_worker_argv(name=WORKER_NAME, concurrency=SLOTS, events=True)
     with log_path.open("wb") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -245,7 +207,7 @@ def test_killed_workers_run_does_not_stay_streaming(
 ) -> None:
     settings.WORKERS = dataclasses.replace(settings.WORKERS, orphan_grace_s=0.0, requeue_orphans=requeue)
     run = _queued_run(content="What is the capital of France?", max_tokens=48)
-    env = _child_env(
+    env = child_env(
         ENGINE_BACKEND="simulated",
         SIM_STEP_BASE_S="0.05",
         SIM_OUTPUT_TOKENS="5000",

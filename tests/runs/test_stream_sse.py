@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -32,9 +31,9 @@ from chats.models import Message, MessageRole
 from runs.models import FinishReason, Run, RunStatus
 from runs.streams import RunStreamWriter, StreamEvent, cancel_key, run_terminal_event, stream_key
 from tests.factories import RunFactory, UserFactory
+from tests.processes import celery_worker_argv, child_env, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-PORTS = (8130, 8131)
 LOGS = ROOT / "artifacts" / "test-stream-logs"
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -45,23 +44,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture(scope="module")
 def web(django_db_setup: None, django_db_blocker: Any) -> Iterator[tuple[str, str]]:
     """Two uvicorn processes on the test database and the test Redis db; yields their base URLs."""
-    with django_db_blocker.unblock():
-        db_name = connection.settings_dict["NAME"]
-    db = settings.DATABASES["default"]
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "chatproject.settings.test",
-        "DATABASE_URL": f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db_name}",
-        "REDIS_URL": settings.REDIS_URL,
-        "STREAM_STATUS_POLL_S": "0.2",
-        "STREAM_KEEPALIVE_S": "1",
-        "LOG_LEVEL": "WARNING",
-    }
+    env = child_env(STREAM_STATUS_POLL_S="0.2", STREAM_KEEPALIVE_S="1", LOG_LEVEL="WARNING")
     LOGS.mkdir(parents=True, exist_ok=True)
-    for port in PORTS:  # a server left over from an interrupted run would answer in place of ours
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                raise RuntimeError(f"port {port} is taken: stop the process listening there")
+    ports = (free_port(), free_port())
     procs = [
         subprocess.Popen(
             [
@@ -84,9 +69,9 @@ def web(django_db_setup: None, django_db_blocker: Any) -> Iterator[tuple[str, st
             stdout=(LOGS / f"web-{port}.log").open("wb"),
             stderr=subprocess.STDOUT,
         )
-        for port in PORTS
+        for port in ports
     ]
-    urls = tuple(f"http://127.0.0.1:{port}" for port in PORTS)
+    urls = tuple(f"http://127.0.0.1:{port}" for port in ports)
     try:
         deadline = time.monotonic() + 60
         for url, proc in zip(urls, procs, strict=True):
@@ -472,42 +457,16 @@ def worker(web: tuple[str, str], django_db_blocker: Any) -> Iterator[None]:
 
     with django_db_blocker.unblock():
         seed_default_tiers(Tier)  # the dispatcher reads the tiers once, at start
-    db = connection.settings_dict
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "chatproject.settings.test",
-        "DATABASE_URL": f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-        "REDIS_URL": settings.REDIS_URL,
-        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
-        "ENGINE_BACKEND": "simulated",
-        "SIM_STEP_BASE_S": "0.03",
-        "SIM_STEP_PER_SEQ_S": "0.0",
-        "SIM_OUTPUT_TOKENS": "60",
-        "STREAM_FLUSH_MAX_TOKENS": "2",
-        "PYTHONUNBUFFERED": "1",
-    }
+    env = child_env(
+        ENGINE_BACKEND="simulated",
+        SIM_STEP_BASE_S="0.03",
+        SIM_STEP_PER_SEQ_S="0.0",
+        SIM_OUTPUT_TOKENS="60",
+        STREAM_FLUSH_MAX_TOKENS="2",
+    )
     LOGS.mkdir(parents=True, exist_ok=True)
     argv = {
-        "worker": [
-            str(ROOT / ".venv" / "bin" / "celery"),
-            "-A",
-            "chatproject",
-            "worker",
-            "-P",
-            "threads",
-            "-c",
-            "4",
-            "-Q",
-            "pro,plus,free,batch",
-            "--prefetch-multiplier",
-            "1",
-            "--without-gossip",
-            "--without-mingle",
-            "-n",
-            f"sse-test-{os.getpid()}@%h",
-            "--loglevel",
-            "INFO",
-        ],
+        "worker": celery_worker_argv(name=f"sse-test-{os.getpid()}@%h", concurrency=4),
         "dispatcher": [sys.executable, str(ROOT / "manage.py"), "run_dispatcher"],
     }
     procs = {

@@ -20,15 +20,14 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote
 
 import pytest
 from django.conf import settings
 from django.core.management import get_commands
-from django.db import connection
 from rest_framework.test import APIClient
 
 from accounts.models import User
+from tests.processes import celery_worker_argv, test_database_url
 from tests.ui.helpers import sign_in
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,20 +77,13 @@ def _free_port() -> int:
     raise RuntimeError(f"no free port in {PORT_RANGE}")
 
 
-def _database_url() -> str:
-    db = connection.settings_dict
-    user = quote(db["USER"] or "", safe="")
-    password = quote(db["PASSWORD"] or "", safe="")
-    return f"postgres://{user}:{password}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-
-
 def _stack_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
     env.update(SIMULATED_ENGINE_ENV)
     env.update(
         {
             "DJANGO_SETTINGS_MODULE": "chatproject.settings.test",
-            "DATABASE_URL": _database_url(),
+            "DATABASE_URL": test_database_url(),
             "REDIS_URL": settings.REDIS_URL,
             "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
             # Tasks of this stack stay between its dispatcher and its worker, even when another test module
@@ -181,26 +173,7 @@ def _worker_argv() -> list[str] | None:
         import inference_workers.tasks  # noqa: F401
     except ImportError:
         return None
-    return [
-        str(ROOT / ".venv" / "bin" / "celery"),
-        "-A",
-        "chatproject",
-        "worker",
-        "-P",
-        "threads",
-        "-c",
-        "4",
-        "-Q",
-        "pro,plus,free,batch",
-        "--prefetch-multiplier",
-        "1",
-        "--without-gossip",
-        "--without-mingle",
-        "-n",
-        f"ui-{os.getpid()}@%h",
-        "--loglevel",
-        "INFO",
-    ]
+    return celery_worker_argv(name=f"ui-{os.getpid()}@%h", concurrency=4)
 
 
 @pytest.fixture(scope="session")

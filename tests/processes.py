@@ -1,0 +1,84 @@
+"""Helpers for tests that start real processes (uvicorn, Celery workers, the dispatcher) on the test database."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+from pathlib import Path
+from urllib.parse import quote
+
+from django.conf import settings
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_database_url() -> str:
+    """The URL of the database pytest-django created, so child processes see the test's committed rows."""
+    db = connection.settings_dict
+    user = quote(db["USER"] or "", safe="")
+    password = quote(db["PASSWORD"] or "", safe="")
+    return f"postgres://{user}:{password}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """This process's environment pointed at the test database, Redis and broker, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
+    env.update(
+        DJANGO_SETTINGS_MODULE="chatproject.settings.test",
+        DATABASE_URL=test_database_url(),
+        REDIS_URL=settings.REDIS_URL,
+        CELERY_BROKER_URL=settings.CELERY_BROKER_URL,
+        PYTHONPATH=str(ROOT),
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra)
+    return env
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now (the kernel's pick)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def celery_worker_argv(*, name: str, concurrency: int, events: bool = False) -> list[str]:
+    """The production worker command (threads pool, tier queues, prefetch 1), quieter cluster chatter."""
+    argv = [
+        str(ROOT / ".venv" / "bin" / "celery"),
+        "-A",
+        "chatproject",
+        "worker",
+        "-P",
+        "threads",
+        "-c",
+        str(concurrency),
+        "-Q",
+        "pro,plus,free,batch",
+        "--prefetch-multiplier",
+        "1",
+        "--without-gossip",
+        "--without-mingle",
+        "-n",
+        name,
+        "--loglevel",
+        "INFO",
+    ]
+    if events:
+        argv.append("-E")
+    return argv
+
+
+def stop_process_group(proc: subprocess.Popen[bytes], *, grace_s: float = 15) -> None:
+    """SIGTERM to the process group started with ``start_new_session=True``, then SIGKILL after ``grace_s``."""
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=5)
