@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import cast
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, cast
 
 import pytest
 import redis
@@ -29,6 +31,12 @@ from runs.streams import (
     stream_key,
 )
 from tests.factories import RunFactory
+
+
+def run_on_own_loop(coro: Coroutine[Any, Any, None]) -> None:
+    """``asyncio.run`` on a fresh thread: this thread may already carry a loop (Playwright's sync API keeps one)."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(asyncio.run, coro).result()
 
 
 def test_flush_interval_grows_with_active_streams_within_bounds() -> None:
@@ -162,7 +170,7 @@ def test_relay_late_joiner_behind_the_reader_gets_every_entry_once(clean_redis: 
         finally:
             await relay.aclose()
 
-    asyncio.run(scenario())
+    run_on_own_loop(scenario())
 
 
 def test_relay_many_keys_one_reader(clean_redis: redis.Redis) -> None:
@@ -189,4 +197,4 @@ def test_relay_many_keys_one_reader(clean_redis: redis.Redis) -> None:
         finally:
             await relay.aclose()
 
-    asyncio.run(scenario())
+    run_on_own_loop(scenario())

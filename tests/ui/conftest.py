@@ -178,6 +178,11 @@ def _worker_argv() -> list[str] | None:
 
 @pytest.fixture(scope="session")
 def live_stack(django_db_setup: None, django_db_blocker: object) -> Iterator[LiveStack]:
+    from accounts.models import Tier
+    from accounts.tier_defaults import seed_default_tiers
+
+    with django_db_blocker.unblock():  # type: ignore[attr-defined]
+        seed_default_tiers(Tier)  # earlier transactional tests flush every table; the dispatcher reads tiers at start
     env = _stack_env()
     port = _free_port()
     processes: dict[str, subprocess.Popen[bytes]] = {}
@@ -238,7 +243,7 @@ def needs_worker(has_worker: bool) -> None:
         pytest.skip("no Celery worker with the simulated engine in this checkout yet")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser() -> Iterator[object]:
     if not shutil.which(CHROMIUM) and not Path(CHROMIUM).exists():
         pytest.fail(f"Chromium not found at {CHROMIUM}: run `bash scripts/browser.sh` (Debian package `chromium`).")
