@@ -176,7 +176,7 @@ def _worker_argv() -> list[str] | None:
     return celery_worker_argv(name=f"ui-{os.getpid()}@%h", concurrency=4)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def live_stack(django_db_setup: None, django_db_blocker: object) -> Iterator[LiveStack]:
     from accounts.models import Tier
     from accounts.tier_defaults import seed_default_tiers
@@ -232,7 +232,7 @@ def _drop_broker_keys(prefix: str) -> None:
         client.delete(*keys)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def has_worker(live_stack: LiveStack) -> bool:
     return "worker" in live_stack.processes
 
