@@ -47,7 +47,7 @@ def _stop(proc: subprocess.Popen[bytes], *, grace_s: float = 30) -> None:
             proc.wait(10)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def engine_worker(django_db_setup: None, django_db_blocker: Any) -> Iterator[str]:
     """``celery worker -P threads`` with the real engine (vLLM, SmolLM2, fp32, eager, 1 GiB KV cache)."""
     from chatproject.redis_client import get_redis
