@@ -414,6 +414,7 @@ def main() -> None:
     theirs = vllm_phase(args, levels, cfg.model_path, logs)
     print(f"load average before our phase {os.getloadavg()[0]:.2f}", flush=True)
     ours = our_phase(args, levels, logs)
+    print(f"load average after our phase {os.getloadavg()[0]:.2f}", flush=True)
 
     report("vLLM OpenAI server (POST /v1/chat/completions, stream), median wave", theirs)
     report("ours (POST /api/chats/{id}/messages, then SSE stream_url until done), median wave", ours)
