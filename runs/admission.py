@@ -118,10 +118,12 @@ class AdmissionTicket:
         )
 
 
-def admission_reserve(*, user: User, content: str, max_tokens: int) -> AdmissionTicket:
-    """Admits a prompt or raises ``TooManyRequestsError`` (429, ``Retry-After``) saying which limit was hit."""
-    limits = user_limits(user=user)
-    input_tokens = count_input_tokens(content)
+def admission_reserve(*, user: User, limits: EffectiveLimits, input_tokens: int, max_tokens: int) -> AdmissionTicket:
+    """Admits a prompt or raises ``TooManyRequestsError`` (429, ``Retry-After``) saying which limit was hit.
+
+    ``limits`` are the user's effective limits (``user_limits``) and ``input_tokens`` the new message's
+    tokens, both already computed by the caller for the same prompt.
+    """
     cost = input_tokens + max_tokens
     try:
         decision = get_admission().admit(user_id=user.pk, tier=limits.tier, cost=cost, limits=_limits(limits))

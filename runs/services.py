@@ -8,7 +8,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from accounts.limits import user_limits
+from accounts.limits import EffectiveLimits, user_limits
 from accounts.models import User
 from chatproject.exceptions import ConflictError, DomainError
 from chats.models import Chat, Message, MessageRole
@@ -24,14 +24,12 @@ class SamplingRequest:
     top_p: float = 1.0
 
 
-def _resolve_max_tokens(*, user: User, requested: int | None) -> int:
-    cap = user_limits(user=user).max_output_tokens
+def _resolve_max_tokens(*, limits: EffectiveLimits, requested: int | None) -> int:
+    cap = limits.max_output_tokens
     if requested is None:
         return min(settings.CHAT_LIMITS.default_max_tokens, cap)
     if requested > cap:
-        raise DomainError(
-            f"max_tokens must be at most {cap} on the {user.tier.name} tier.", code="max_tokens_too_large"
-        )
+        raise DomainError(f"max_tokens must be at most {cap} on the {limits.tier} tier.", code="max_tokens_too_large")
     return requested
 
 
@@ -42,7 +40,8 @@ def run_create(*, chat: Chat, user: User, content: str, sampling: SamplingReques
     the partial unique index ``one_active_run_per_chat`` is the last line of defence.
     """
     sampling = sampling or SamplingRequest()
-    max_tokens = _resolve_max_tokens(user=user, requested=sampling.max_tokens)
+    limits = user_limits(user=user)  # once per prompt: the cap, then admission
+    max_tokens = _resolve_max_tokens(limits=limits, requested=sampling.max_tokens)
     from chats.context import message_fit_check  # the serving model's tokenizer: loaded on first use
 
     token_count = message_fit_check(
@@ -51,7 +50,8 @@ def run_create(*, chat: Chat, user: User, content: str, sampling: SamplingReques
         max_tokens=max_tokens,
         tier_name=user.tier.name,
     )
-    ticket = admission_reserve(user=user, content=content, max_tokens=max_tokens)  # 429 before any write
+    # 429 before any write; the message was just tokenized for the fit check, so admission reuses that count.
+    ticket = admission_reserve(user=user, limits=limits, input_tokens=max(1, token_count), max_tokens=max_tokens)
     try:
         with transaction.atomic():
             locked_chat = Chat.objects.select_for_update().get(pk=chat.pk)
