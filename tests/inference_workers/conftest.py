@@ -11,7 +11,7 @@ from chatproject.config import EngineConfig
 from inference_workers.engine.simulated import SimulatedEngine
 from inference_workers.runtime import WorkerRuntime
 from runs.models import Run
-from runs.streams import StreamEntry, StreamEvent, read_after
+from runs.streams import TERMINAL_EVENTS, StreamEntry, StreamEvent, read_after
 
 
 def fast_sim_config(**overrides: object) -> EngineConfig:
@@ -50,7 +50,19 @@ def wait_for(predicate: Callable[[], bool], *, timeout: float, interval: float =
 
 
 def wait_terminal(run: Run, *, timeout: float) -> Run:
-    wait_for(lambda: Run.objects.get(pk=run.pk).is_terminal, timeout=timeout, interval=0.1, what=f"run {run.pk}")
+    """Waits until the run is finished in Postgres *and* its stream ends with the terminal event.
+
+    A worker commits the final row first and appends ``done``/``error`` to the stream just after (the event
+    carries the new message's id), so a test that only watched Postgres could read the stream in between.
+    """
+
+    def finished() -> bool:
+        if not Run.objects.get(pk=run.pk).is_terminal:
+            return False
+        entries = stream_of(run)
+        return bool(entries) and entries[-1].event in TERMINAL_EVENTS
+
+    wait_for(finished, timeout=timeout, interval=0.1, what=f"run {run.pk} and its terminal stream event")
     return Run.objects.select_related("assistant_message").get(pk=run.pk)
 
 
