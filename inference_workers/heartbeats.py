@@ -33,6 +33,10 @@ class WorkerHeartbeat:
     """Runs this worker's task threads are generating (from Celery's side, including queued in vLLM)."""
     updated_at: float
     """Unix time of the write."""
+    prefix_cache_queries: int = 0
+    """Prompt tokens the engine looked up in its prefix cache since it started (cumulative, like vLLM's counter)."""
+    prefix_cache_hits: int = 0
+    """Of those, tokens served from the prefix cache; the hit rate over a period is Δhits / Δqueries."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -135,6 +135,8 @@ class WorkerRuntime:
             tpot_s=stats.tpot_s,
             active_runs=len(self.active_run_ids()),
             updated_at=time.time(),
+            prefix_cache_queries=stats.prefix_cache_queries,
+            prefix_cache_hits=stats.prefix_cache_hits,
         )
         pipe = self.client.pipeline(transaction=False)
         pipe.set(heartbeat_key(self.worker_name), beat.to_json(), ex=ttl)

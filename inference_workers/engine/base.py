@@ -43,6 +43,10 @@ class EngineStats:
     """Fraction of the KV cache in use, 0..1."""
     tpot_s: float | None = None
     """Recent mean time per output token of running requests, seconds (None: no recent decode)."""
+    prefix_cache_queries: int = 0
+    """Prompt tokens looked up in the prefix cache since the engine started (vLLM's ``prefix_cache_queries``)."""
+    prefix_cache_hits: int = 0
+    """Of those, tokens served from the cache (vLLM's ``prefix_cache_hits``); hits / queries is the hit rate."""
     updated_at: float = field(default_factory=time.time)
 
 

@@ -31,11 +31,18 @@ class _StatsSink:
         self.running = 0
         self.waiting = 0
         self.kv_cache_usage = 0.0
+        self.prefix_cache_queries = 0
+        self.prefix_cache_hits = 0
         self.tpot = TpotWindow()
 
     def snapshot(self) -> EngineStats:
         return EngineStats(
-            running=self.running, waiting=self.waiting, kv_cache_usage=self.kv_cache_usage, tpot_s=self.tpot.mean()
+            running=self.running,
+            waiting=self.waiting,
+            kv_cache_usage=self.kv_cache_usage,
+            tpot_s=self.tpot.mean(),
+            prefix_cache_queries=self.prefix_cache_queries,
+            prefix_cache_hits=self.prefix_cache_hits,
         )
 
 
@@ -57,6 +64,10 @@ def _make_stat_logger(sink: _StatsSink) -> Any:
                 sink.running = scheduler_stats.num_running_reqs
                 sink.waiting = scheduler_stats.num_waiting_reqs + scheduler_stats.num_skipped_waiting_reqs
                 sink.kv_cache_usage = scheduler_stats.kv_cache_usage
+                # Per-iteration deltas; summed the way vLLM's own Prometheus counters sum them.
+                prefix = scheduler_stats.prefix_cache_stats
+                sink.prefix_cache_queries += prefix.queries
+                sink.prefix_cache_hits += prefix.hits
             if iteration_stats is not None:
                 for latency in iteration_stats.inter_token_latencies_iter:
                     sink.tpot.add(latency)

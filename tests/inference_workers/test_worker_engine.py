@@ -131,6 +131,13 @@ def test_prompt_ends_done_with_the_streamed_text_and_redelivery_adds_nothing(eng
     [beat] = beats or [b for b in worker_heartbeats() if b.worker == engine_worker]
     assert beat.model == settings.ENGINE.served_model_name and beat.max_slots == SLOTS
     assert beat.model_version not in ("", "unknown", "simulated")
+    # vLLM's own prefix-cache counters reach the heartbeat: every prompt token was looked up in the cache.
+    prompt_tokens = run.input_tokens + Run.objects.get(pk=follower.pk).input_tokens
+    wait_for(
+        lambda: any(b.worker == engine_worker and b.prefix_cache_queries >= prompt_tokens for b in worker_heartbeats()),
+        timeout=10,
+        what="the prefix-cache counters in the heartbeat",
+    )
 
 
 PROMPTS = [

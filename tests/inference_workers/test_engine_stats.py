@@ -1,0 +1,65 @@
+"""vLLM's prefix-cache counters travel from its scheduler statistics into the worker's heartbeat."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from inference_workers.engine.base import EngineStats
+from inference_workers.engine.vllm_engine import _make_stat_logger, _StatsSink
+from inference_workers.heartbeats import WorkerHeartbeat, heartbeat_key
+from inference_workers.runtime import WorkerRuntime
+from inference_workers.selectors import worker_heartbeats
+
+
+def _scheduler_stats(*, queries: int, hits: int, running: int = 1) -> object:
+    from vllm.v1.metrics.stats import PrefixCacheStats, SchedulerStats
+
+    prefix = PrefixCacheStats()
+    prefix.record(num_tokens=queries, num_hits=hits, preempted=False)
+    return SchedulerStats(num_running_reqs=running, prefix_cache_stats=prefix)
+
+
+def test_the_stat_logger_sums_vllms_per_step_prefix_cache_counts() -> None:
+    sink = _StatsSink()
+    logger = _make_stat_logger(sink)(vllm_config=None)
+
+    logger.record(scheduler_stats=_scheduler_stats(queries=300, hits=256), iteration_stats=None)
+    logger.record(scheduler_stats=_scheduler_stats(queries=0, hits=0, running=2), iteration_stats=None)
+    logger.record(scheduler_stats=_scheduler_stats(queries=150, hits=0), iteration_stats=None)
+    logger.record(scheduler_stats=None, iteration_stats=None)
+
+    stats = sink.snapshot()
+    assert (stats.prefix_cache_queries, stats.prefix_cache_hits) == (450, 256)
+    assert stats.running == 1
+
+
+def test_the_heartbeat_carries_the_engines_prefix_cache_counters(
+    sim_runtime: WorkerRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        sim_runtime.host, "stats", lambda: EngineStats(running=1, prefix_cache_queries=1_000, prefix_cache_hits=640)
+    )
+    sim_runtime.beat()
+    [beat] = [b for b in worker_heartbeats() if b.worker == sim_runtime.worker_name]
+    assert (beat.prefix_cache_queries, beat.prefix_cache_hits, beat.running) == (1_000, 640, 1)
+
+
+def test_a_heartbeat_written_without_the_counters_still_reads() -> None:
+    """A worker of the previous release writes no prefix-cache fields; readers must not fail on it."""
+    old = {
+        "worker": "old@host",
+        "model": "m",
+        "model_version": "v",
+        "max_slots": 4,
+        "running": 0,
+        "waiting": 0,
+        "kv_cache_usage": 0.0,
+        "tpot_s": None,
+        "active_runs": 0,
+        "updated_at": 1.0,
+    }
+    beat = WorkerHeartbeat.from_json(json.dumps(old))
+    assert (beat.prefix_cache_queries, beat.prefix_cache_hits) == (0, 0)
+    assert heartbeat_key(beat.worker) == "worker:heartbeat:old@host"
