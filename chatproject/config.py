@@ -100,6 +100,8 @@ class WorkerConfig:
     """The reaper leaves a streaming run alone for this long after it started (its lease is being set)."""
     requeue_orphans: bool
     """The reaper requeues orphaned runs (True) or fails them at once (False)."""
+    metrics_port: int
+    """Port on which each worker process serves vLLM's own Prometheus metrics (0: off). One port per process."""
 
 
 @dataclass(frozen=True)
@@ -195,6 +197,7 @@ def worker_config_from_env() -> WorkerConfig:
         heartbeat_ttl_s=env.int("WORKER_HEARTBEAT_TTL_S", default=10),
         orphan_grace_s=env.float("WORKER_ORPHAN_GRACE_S", default=15.0),
         requeue_orphans=env.bool("WORKER_REQUEUE_ORPHANS", default=True),
+        metrics_port=env.int("WORKER_METRICS_PORT", default=0),
     )
 
 

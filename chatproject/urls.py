@@ -4,6 +4,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from accounts.apis import TokenApi
 from chatproject.health import healthz, readyz
+from chatproject.metrics import metrics
 from chats.apis import ChatDetailApi, ChatListCreateApi, ChatMessagesApi
 from runs.apis import RunCancelApi, RunDetailApi
 from runs.stream_apis import run_stream
@@ -12,6 +13,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", healthz),
     path("readyz", readyz),
+    path("metrics", metrics, name="metrics"),
     path("api/auth/token", TokenApi.as_view(), name="auth-token"),
     path("api/chats", ChatListCreateApi.as_view(), name="chat-list"),
     path("api/chats/<int:chat_id>", ChatDetailApi.as_view(), name="chat-detail"),

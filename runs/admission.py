@@ -27,6 +27,7 @@ from accounts.limits import EffectiveLimits, usage_record, user_limits
 from accounts.models import Tier, User
 from chatproject.exceptions import DomainError, TooManyRequestsError
 from chatproject.redis_client import get_redis
+from runs.metrics import record_admitted, record_refused, record_run_end
 from runs.models import Run, RunStatus
 from scheduling.admission import Admission, AdmissionTimeouts, Limits, RefusalReason, retry_after_header, run_member
 from scheduling.policy import QueuedRun
@@ -105,6 +106,7 @@ class AdmissionTicket:
             get_admission().bind(
                 user_id=self.user_id, tier=self.tier, reservation_id=self.reservation_id, run_id=run.pk
             )
+            record_admitted(tier=self.tier)
             then()
 
         transaction.on_commit(bind_and_hand_on)
@@ -145,6 +147,7 @@ def admission_reserve(*, user: User, limits: EffectiveLimits, input_tokens: int,
             limits=limits,
         )
     reason = decision.reason
+    record_refused(tier=limits.tier, reason=str(reason))
     if reason == RefusalReason.TOO_LARGE:
         raise DomainError(
             f"This prompt would reserve {cost} tokens ({input_tokens} input + {max_tokens} max output), more than "
@@ -213,6 +216,8 @@ def run_account_end(*, run: Run) -> None:
             )
         except redis.RedisError:  # the run has ended in Postgres; its reservation expires on its own
             logger.exception("refund of run %s failed", run_id)
+            return
+        record_run_end(run=run, tier=limits.tier)
 
     transaction.on_commit(settle)
 

@@ -32,7 +32,11 @@ SETTINGS_HELP = {
     "REDIS_URL": "Redis for streams, buckets, scheduler queues, heartbeats and cancel signals.",
     "CELERY_BROKER_URL": "Celery's broker (a Redis URL).",
     "LOG_LEVEL": "Root log level.",
+    "METRICS_TOKEN": "When set, `GET /metrics` needs `Authorization: Bearer <token>`; empty: open (keep it internal).",
     "CELERY_VISIBILITY_TIMEOUT_S": "Seconds before an unacknowledged task is redelivered: longer than the longest run.",
+    "CELERY_BROKER_KEY_PREFIX": (
+        "Prefix for every broker key, so independent stacks can share one Redis database (the browser tests use it)."
+    ),
 }
 
 
@@ -45,19 +49,25 @@ class Variable:
     source: str
 
 
+def _env_calls(node: ast.AST) -> list[ast.Call]:
+    """Every ``env.<kind>("NAME", default=...)`` call in ``node``, in source order."""
+    calls = [
+        sub
+        for sub in ast.walk(node)
+        if isinstance(sub, ast.Call)
+        and isinstance(sub.func, ast.Attribute)
+        and isinstance(sub.func.value, ast.Name)
+        and sub.func.value.id == "env"
+        and sub.args
+        and isinstance(sub.args[0], ast.Constant)
+    ]
+    return sorted(calls, key=lambda c: (c.lineno, c.col_offset))
+
+
 def _env_call(node: ast.AST) -> ast.Call | None:
-    """The ``env.<kind>("NAME", default=...)`` call in ``node``, if there is one."""
-    for sub in ast.walk(node):
-        if (
-            isinstance(sub, ast.Call)
-            and isinstance(sub.func, ast.Attribute)
-            and isinstance(sub.func.value, ast.Name)
-            and sub.func.value.id == "env"
-            and sub.args
-            and isinstance(sub.args[0], ast.Constant)
-        ):
-            return sub
-    return None
+    """The first ``env.<kind>(...)`` call in ``node``, if there is one."""
+    calls = _env_calls(node)
+    return calls[0] if calls else None
 
 
 def _default(call: ast.Call) -> str:
@@ -128,21 +138,21 @@ def settings_variables() -> list[Variable]:
     for node in ast.walk(tree):
         if not isinstance(node, ast.Assign | ast.AnnAssign):
             continue
-        call = _env_call(node)
-        if call is None or not isinstance(call.func, ast.Attribute) or not isinstance(call.args[0], ast.Constant):
-            continue
-        name = str(call.args[0].value)
-        if any(v.name == name for v in found):
-            continue
-        found.append(
-            Variable(
-                name=name,
-                kind=call.func.attr,
-                default=_default(call),
-                help=SETTINGS_HELP.get(name, ""),
-                source="Django settings",
+        for call in _env_calls(node):  # a dict setting may read several variables
+            if not isinstance(call.func, ast.Attribute) or not isinstance(call.args[0], ast.Constant):
+                continue
+            name = str(call.args[0].value)
+            if any(v.name == name for v in found):
+                continue
+            found.append(
+                Variable(
+                    name=name,
+                    kind=call.func.attr,
+                    default=_default(call),
+                    help=SETTINGS_HELP.get(name, ""),
+                    source="Django settings",
+                )
             )
-        )
     return found
 
 

@@ -25,7 +25,9 @@ pids+=($!)
 # as many task threads as it has batch slots; it builds the engine before it consumes anything.
 $PY manage.py prepare_model
 SLOTS="$($PY -c 'import django; django.setup(); from django.conf import settings; print(settings.ENGINE.max_num_seqs)')"
-.venv/bin/celery -A chatproject worker -P threads -c "$SLOTS" -Q pro,plus,free,batch --prefetch-multiplier 1 -E \
+# vLLM's own Prometheus metrics (vllm:*) of this worker's engine on WORKER_METRICS_PORT (9101; 0 turns it off).
+WORKER_METRICS_PORT="${WORKER_METRICS_PORT:-9101}" \
+  .venv/bin/celery -A chatproject worker -P threads -c "$SLOTS" -Q pro,plus,free,batch --prefetch-multiplier 1 -E \
   --hostname "worker@%h" -l info &
 pids+=($!)
 # The fair scheduler: moves admitted runs into the Celery tier queues while the engines have room; its
@@ -34,4 +36,5 @@ $PY manage.py run_dispatcher &
 pids+=($!)
 
 echo "web: http://127.0.0.1:$PORT  (API docs: http://127.0.0.1:$PORT/api/docs/)"
+echo "Prometheus: http://127.0.0.1:$PORT/metrics (system)  http://127.0.0.1:${WORKER_METRICS_PORT:-9101}/metrics (vLLM)"
 wait -n

@@ -75,6 +75,8 @@ DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=0)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
+# GET /metrics (Prometheus): open when empty, else it needs "Authorization: Bearer <METRICS_TOKEN>".
+METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)
 
 LANGUAGE_CODE = "en-us"

@@ -59,3 +59,14 @@ def test_compose_runs_every_process_with_known_variables() -> None:
     worker = " ".join(services["worker"]["command"])
     for part in ("celery -A chatproject worker", "-P threads", "-Q pro,plus,free,batch", "--prefetch-multiplier 1"):
         assert part in worker
+
+
+def test_compose_prometheus_scrapes_the_web_and_the_workers_metrics_ports() -> None:
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    services = compose["services"]
+    mounted = " ".join(services["prometheus"]["volumes"])
+    assert "./deploy/prometheus.yml:" in mounted
+    scrape = yaml.safe_load((ROOT / "deploy" / "prometheus.yml").read_text())["scrape_configs"]
+    targets = {job["job_name"]: job["static_configs"][0]["targets"] for job in scrape}
+    assert targets["chat"] == ["web:8000"]
+    assert targets["vllm"] == [f"worker:{services['worker']['environment']['WORKER_METRICS_PORT']}"]

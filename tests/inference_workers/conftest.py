@@ -3,6 +3,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 from django.conf import settings
@@ -28,16 +29,24 @@ def fast_sim_config(**overrides: object) -> EngineConfig:
     return dataclasses.replace(settings.ENGINE, **fields)  # type: ignore[arg-type]
 
 
-@pytest.fixture
-def sim_runtime() -> Iterator[WorkerRuntime]:
+@contextmanager
+def running_sim_runtime(worker_name: str = "sim@test") -> Iterator[WorkerRuntime]:
     """A worker runtime in this process on the simulated engine (what a Celery worker process holds)."""
     config = fast_sim_config()
     runtime = WorkerRuntime(
-        worker_name="sim@test", engine_config=config, worker_config=settings.WORKERS, engine=SimulatedEngine(config)
+        worker_name=worker_name, engine_config=config, worker_config=settings.WORKERS, engine=SimulatedEngine(config)
     )
     runtime.start()
-    yield runtime
-    runtime.stop()
+    try:
+        yield runtime
+    finally:
+        runtime.stop()
+
+
+@pytest.fixture
+def sim_runtime() -> Iterator[WorkerRuntime]:
+    with running_sim_runtime() as runtime:
+        yield runtime
 
 
 def wait_for(predicate: Callable[[], bool], *, timeout: float, interval: float = 0.05, what: str = "condition") -> None:

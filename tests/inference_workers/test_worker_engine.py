@@ -12,12 +12,14 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.conf import settings
+from prometheus_client.parser import text_string_to_metric_families
 
 from chats.models import Message, MessageRole
 from inference_workers.dispatch import send_to_worker
@@ -28,13 +30,14 @@ from runs.services import run_cancel
 from runs.streams import StreamEvent
 from tests.factories import ChatFactory, MessageFactory, RunFactory, UserFactory
 from tests.inference_workers.conftest import stream_of, text_after_last_reset, wait_for, wait_terminal
-from tests.processes import celery_worker_argv, child_env
+from tests.processes import celery_worker_argv, child_env, free_port
 
 pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True)]
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER_NAME = "enginetest@h2"
 SLOTS = 8
+METRICS_PORT = free_port()
 
 
 def _stop(proc: subprocess.Popen[bytes], *, grace_s: float = 30) -> None:
@@ -67,6 +70,7 @@ def engine_worker(django_db_setup: None, django_db_blocker: Any) -> Iterator[str
         ENGINE_DTYPE="float32",
         ENGINE_ENFORCE_EAGER="true",
         CHAT_AFFINITY="false",
+        WORKER_METRICS_PORT=str(METRICS_PORT),
     )
     cmd = celery_worker_argv(name=WORKER_NAME, concurrency=SLOTS, events=True)
     with log_path.open("wb") as log:
@@ -125,6 +129,12 @@ def test_prompt_ends_done_with_the_streamed_text_and_redelivery_adds_nothing(eng
     assert Message.objects.filter(chat=run.chat, role=MessageRole.ASSISTANT).count() == 1
     assert len(stream_of(run)) == len(entries)
     assert Run.objects.get(pk=run.pk).attempts == 1
+
+    # vLLM's own Prometheus metrics, served by the worker process: they counted this run's tokens too.
+    with urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=10) as resp:
+        families = {f.name: f for f in text_string_to_metric_families(resp.read().decode())}
+    generated = sum(s.value for s in families["vllm:generation_tokens"].samples if s.name.endswith("_total"))
+    assert generated >= run.output_tokens + Run.objects.get(pk=follower.pk).output_tokens
 
     beats = [b for b in worker_heartbeats() if b.worker == engine_worker]
     wait_for(lambda: bool([b for b in worker_heartbeats() if b.worker == engine_worker]), timeout=5, what="beat")
