@@ -717,7 +717,10 @@ class RealtimeBench:
             while now() < duration:
                 answered[w.user].clear()
                 submit(w)
-                await answered[w.user].wait()
+                try:  # a prompt still queued or running at the end is dropped with the rest
+                    await asyncio.wait_for(answered[w.user].wait(), timeout=max(0.1, duration - now()))
+                except TimeoutError:
+                    break
                 await asyncio.sleep(rng.expovariate(1 / (w.think_s or 1.0)))
 
         async def dispatcher() -> None:
