@@ -6,6 +6,7 @@ from accounts.apis import TokenApi
 from chatproject.health import healthz, readyz
 from chatproject.metrics import metrics
 from chats.apis import ChatDetailApi, ChatListCreateApi, ChatMessagesApi
+from openai_api.apis import chat_completions, models
 from runs.apis import RunCancelApi, RunDetailApi
 from runs.stream_apis import run_stream
 
@@ -21,6 +22,8 @@ urlpatterns = [
     path("api/runs/<int:run_id>", RunDetailApi.as_view(), name="run-detail"),
     path("api/runs/<int:run_id>/cancel", RunCancelApi.as_view(), name="run-cancel"),
     path("api/runs/<int:run_id>/stream", run_stream, name="run-stream"),
+    path("v1/models", models, name="openai-models"),
+    path("v1/chat/completions", chat_completions, name="openai-chat-completions"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
     path("", include("web.urls")),

@@ -5,8 +5,8 @@ from chats.models import Chat, Message
 
 @admin.register(Chat)
 class ChatAdmin(admin.ModelAdmin[Chat]):
-    list_display = ["id", "title", "owner", "created_at", "updated_at"]
-    list_filter = ["owner__tier", "created_at"]
+    list_display = ["id", "title", "owner", "origin", "created_at", "updated_at"]
+    list_filter = ["origin", "owner__tier", "created_at"]
     search_fields = ["title", "owner__username"]
     list_select_related = ["owner"]
     raw_id_fields = ["owner", "summary_through"]

@@ -163,6 +163,13 @@ def plan_run_prompt(*, run: Run) -> PromptPlan:
 
     chat = run.chat
     config = settings.CONTEXT
+    # A chat's own system message (an OpenAI-compatible call may bring one) replaces the default prompt.
+    own_system = (
+        Message.objects.filter(chat_id=run.chat_id, role=MessageRole.SYSTEM, id__lt=run.user_message_id)
+        .order_by("id")
+        .values_list("content", flat=True)
+        .first()
+    )
     history = Message.objects.filter(chat_id=run.chat_id, id__lt=run.user_message_id).exclude(role=MessageRole.SYSTEM)
     summary = chat.summary
     if chat.summary_through_id is not None and chat.summary_through_id < run.user_message_id:
@@ -179,7 +186,7 @@ def plan_run_prompt(*, run: Run) -> PromptPlan:
         max_tokens=run.max_tokens,
     )
     return plan_prompt(
-        system_prompt=config.system_prompt,
+        system_prompt=config.system_prompt if own_system is None else own_system,
         summary=summary,
         turns=turns,
         new_message=run.user_message.content,
@@ -195,10 +202,13 @@ class MessageTooLong(DomainError):
     code = "message_too_long"
 
 
-def message_fit_check(*, content: str, context_limit_tokens: int, max_tokens: int, tier_name: str = "") -> int:
+def message_fit_check(
+    *, content: str, context_limit_tokens: int, max_tokens: int, tier_name: str = "", system_prompt: str | None = None
+) -> int:
     """The message's token count; raises :class:`MessageTooLong` if it cannot fit in a prompt even alone.
 
     Called when a message is posted, so an oversized one is refused before anything is written.
+    ``system_prompt`` is the chat's own, when it has one (else ``CONTEXT.system_prompt``).
     """
     from django.conf import settings
 
@@ -208,7 +218,9 @@ def message_fit_check(*, content: str, context_limit_tokens: int, max_tokens: in
         context_limit_tokens=context_limit_tokens, max_model_len=settings.ENGINE.max_model_len, max_tokens=max_tokens
     )
     tokens = count_tokens(content)
-    system = system_content(system_prompt=settings.CONTEXT.system_prompt, summary="")
+    system = system_content(
+        system_prompt=settings.CONTEXT.system_prompt if system_prompt is None else system_prompt, summary=""
+    )
     alone = rendered_token_count(_messages(system, [], content))
     if alone > budget:
         limit = max(0, budget - (alone - tokens))

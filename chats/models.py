@@ -6,6 +6,13 @@ from django.conf import settings
 from django.db import models
 
 
+class ChatOrigin(models.TextChoices):
+    WEB = "web"
+    """Made in the chat UI or through ``/api/chats``: listed in the user's sidebar, summarized as it grows."""
+    API = "api"
+    """One ``/v1/chat/completions`` call (the OpenAI-compatible API): its record, not a conversation to go on."""
+
+
 class Chat(models.Model):
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="chats")
     title = models.CharField(max_length=200, blank=True, default="")
@@ -20,12 +27,19 @@ class Chat(models.Model):
         related_name="+",
         help_text="The last message the rolling summary covers.",
     )
+    origin = models.CharField(
+        max_length=8,
+        choices=ChatOrigin.choices,
+        default=ChatOrigin.WEB,
+        help_text="web: a conversation in the UI/API; api: the record of one OpenAI-compatible call (not listed).",
+    )
     last_worker = models.CharField(
         max_length=200, blank=True, default="", help_text="Worker that served the last turn (prefix-cache affinity)."
     )
 
     class Meta:
-        indexes = [models.Index(fields=["owner", "-updated_at", "-id"], name="chat_owner_activity")]
+        # The sidebar: one owner's conversations (origin web), most recent activity first.
+        indexes = [models.Index(fields=["owner", "origin", "-updated_at", "-id"], name="chat_owner_origin_activity")]
 
     def __str__(self) -> str:
         return self.title or f"Chat {self.pk}"

@@ -6,11 +6,13 @@ from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
 
 from accounts.models import User
-from chats.models import Chat, Message
+from chats.models import Chat, ChatOrigin, Message
 
 
 def chat_list(*, user: User) -> QuerySet[Chat]:
-    return Chat.objects.filter(owner=user).only("id", "title", "created_at", "updated_at", "owner_id")
+    return Chat.objects.filter(owner=user, origin=ChatOrigin.WEB).only(
+        "id", "title", "created_at", "updated_at", "owner_id"
+    )
 
 
 def chat_get(*, user: User, chat_id: int) -> Chat:

@@ -8,7 +8,7 @@ from celery import Task, shared_task
 from django.conf import settings
 
 from chatproject.redis_client import get_redis
-from chats.models import Chat
+from chats.models import Chat, ChatOrigin
 from chats.summary import chat_summary_is_due, chat_summary_refresh, engine_has_room_for_background
 
 logger = logging.getLogger(__name__)
@@ -75,8 +75,8 @@ def chat_summary_schedule(*, chat_id: int) -> bool:
     after the tier queues) and generate it at ``CONTEXT.summary_priority``, behind every interactive run.
     """
     chat = Chat.objects.select_related("owner__tier").filter(pk=chat_id).first()
-    if chat is None or not chat_summary_is_due(chat=chat):
-        return False
+    if chat is None or chat.origin != ChatOrigin.WEB or not chat_summary_is_due(chat=chat):
+        return False  # an OpenAI-compatible call's chat is never continued: no summary to keep
     if not get_redis().set(summary_pending_key(chat_id), "1", nx=True, ex=PENDING_TTL_S):
         return False  # one is already on its way; it folds in everything up to its own start
     chat_summarize.apply_async(args=[chat_id], queue=settings.CONTEXT.summary_queue)

@@ -33,11 +33,19 @@ def _resolve_max_tokens(*, limits: EffectiveLimits, requested: int | None) -> in
     return requested
 
 
-def run_create(*, chat: Chat, user: User, content: str, sampling: SamplingRequest | None = None) -> Run:
+def run_create(
+    *,
+    chat: Chat,
+    user: User,
+    content: str,
+    sampling: SamplingRequest | None = None,
+    system_prompt: str | None = None,
+) -> Run:
     """Stores the user's message and a queued run in one transaction; hands the run on after commit.
 
     Holds a ``SELECT ... FOR UPDATE`` lock on the chat so two concurrent posts to one chat serialize;
-    the partial unique index ``one_active_run_per_chat`` is the last line of defence.
+    the partial unique index ``one_active_run_per_chat`` is the last line of defence. ``system_prompt`` is
+    the chat's own system message, if it has one (the fit check then counts it instead of the default).
     """
     sampling = sampling or SamplingRequest()
     limits = user_limits(user=user)  # once per prompt: the cap, then admission
@@ -49,6 +57,7 @@ def run_create(*, chat: Chat, user: User, content: str, sampling: SamplingReques
         context_limit_tokens=user.tier.context_limit_tokens,
         max_tokens=max_tokens,
         tier_name=user.tier.name,
+        system_prompt=system_prompt,
     )
     # 429 before any write; the message was just tokenized for the fit check, so admission reuses that count.
     ticket = admission_reserve(user=user, limits=limits, input_tokens=max(1, token_count), max_tokens=max_tokens)

@@ -14,11 +14,12 @@ writes anything) carry no id, so they never move the client's resume point.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -105,6 +106,18 @@ def _with_connection(fn: Callable[..., T], *args: object) -> T:
 async def db_call(fn: Callable[..., T], *args: object) -> T:
     """Runs a synchronous ORM function on the SSE database threads."""
     return await asyncio.get_running_loop().run_in_executor(_db_executor, _with_connection, fn, *args)
+
+
+def db_submit(fn: Callable[..., object], /, **kwargs: object) -> None:
+    """Runs a synchronous ORM function on the SSE database threads without waiting for it: for cleanup in a
+    task that is being cancelled (a client that went away), where awaiting is not possible. Errors are logged."""
+
+    def log_failure(future: Future[object]) -> None:
+        exc = future.exception()
+        if exc is not None:
+            logger.error("background database call %s failed", getattr(fn, "__name__", fn), exc_info=exc)
+
+    _db_executor.submit(_with_connection, functools.partial(fn, **kwargs)).add_done_callback(log_failure)
 
 
 def _load_finished_run(run_id: int) -> Run | None:
@@ -194,23 +207,41 @@ async def open_run_stream(*, run: Run, after_seq: int, relay: StreamRelay | None
     return OpenedStream(first=entries, live=not terminal_seen, initial_status=initial_status)
 
 
-async def iter_run_events(
+@dataclass(frozen=True, slots=True)
+class StreamItem:
+    """One step of a followed stream: entries to deliver, a status read from Postgres, or a silence to fill."""
+
+    entries: Sequence[Entry] = ()
+    """In order, consecutive deltas merged; the last one terminal when the stream ends with it."""
+    status: str | None = None
+    """The run's status from Postgres (a queued run); it has no id in the stream."""
+    keepalive: bool = False
+    gone: bool = False
+    """The run was deleted while followed: the stream ends here."""
+
+
+KEEPALIVE_ITEM = StreamItem(keepalive=True)
+GONE_ITEM = StreamItem(gone=True)
+GONE_ERROR = {"code": "not_found", "message": "This run no longer exists."}
+
+
+async def iter_run_items(
     *, run_id: int, after_seq: int, opened: OpenedStream, relay: StreamRelay | None = None
-) -> AsyncIterator[bytes]:
-    """The SSE body: the opening entries, then live entries until the terminal event.
+) -> AsyncIterator[StreamItem]:
+    """A run's stream as :class:`StreamItem` steps: the opening entries, then live ones until the terminal event.
 
     While nothing comes from Redis for ``status_poll_s``, the run's status is re-read from Postgres: a
-    change is sent as a ``status`` event, and a run that Postgres says is finished but whose terminal event
-    never reaches the stream (cancelled while queued, its stream expired) ends with its final state.
-    Leaving (client gone) only drops the subscription: the run goes on.
+    change is a ``status`` item, and a run that Postgres says is finished but whose terminal event never
+    reaches the stream (cancelled while queued, its stream expired) ends with its final state. A silence of
+    ``keepalive_s`` gives a keep-alive item. Leaving (the consumer stops) only drops the subscription.
     """
     relay = relay or get_relay()
     cfg = settings.STREAMS
     cursor = after_seq
     if opened.initial_status is not None:
-        yield encode(StreamEvent.STATUS, {"status": opened.initial_status}, None)
+        yield StreamItem(status=opened.initial_status)
     if opened.first:
-        yield encode_all(coalesce(opened.first))
+        yield StreamItem(entries=coalesce(opened.first))
         cursor = opened.first[-1].seq
     if not opened.live:
         return
@@ -227,7 +258,7 @@ async def iter_run_events(
             if pending:
                 batch, pending = coalesce(pending), []
                 cursor = batch[-1].seq
-                yield encode_all(batch)
+                yield StreamItem(entries=batch)
                 last_write = last_entry_at = now
                 finished_in_db_at = None
                 if any(is_terminal(e) for e in batch):
@@ -240,9 +271,7 @@ async def iter_run_events(
                 except Exception:  # noqa: BLE001 - a Postgres hiccup: keep streaming, ask again next time
                     status = last_status
                 if status is None:
-                    yield encode(
-                        StreamEvent.ERROR, {"code": "not_found", "message": "This run no longer exists."}, None
-                    )
+                    yield GONE_ITEM
                     return
                 if status in TERMINAL_STATUSES:
                     # The worker commits the message, then appends the terminal event: allow it one poll.
@@ -251,17 +280,32 @@ async def iter_run_events(
                     elif now - finished_in_db_at >= cfg.status_poll_s:
                         finished = await db_call(_load_finished_run, run_id)
                         if finished is not None:
-                            yield encode_all(final_state_entries(finished, after_seq=cursor))
+                            yield StreamItem(entries=final_state_entries(finished, after_seq=cursor))
                             return
                 elif status != last_status:
-                    yield encode(StreamEvent.STATUS, {"status": status}, None)
+                    yield StreamItem(status=status)
                     last_status = status
                     last_write = now
             if now - last_write >= cfg.keepalive_s:
-                yield KEEPALIVE
+                yield KEEPALIVE_ITEM
                 last_write = now
     finally:
         relay.unsubscribe(sub)
+
+
+async def iter_run_events(
+    *, run_id: int, after_seq: int, opened: OpenedStream, relay: StreamRelay | None = None
+) -> AsyncIterator[bytes]:
+    """The SSE body of ``GET /api/runs/{id}/stream``: :func:`iter_run_items` in this module's wire protocol."""
+    async for item in iter_run_items(run_id=run_id, after_seq=after_seq, opened=opened, relay=relay):
+        if item.entries:
+            yield encode_all(item.entries)
+        elif item.status is not None:
+            yield encode(StreamEvent.STATUS, {"status": item.status}, None)
+        elif item.gone:
+            yield encode(StreamEvent.ERROR, GONE_ERROR, None)
+        else:
+            yield KEEPALIVE
 
 
 class RunStreamStorage(StorageBase):

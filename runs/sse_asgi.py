@@ -21,7 +21,8 @@ Receive = Callable[[], Awaitable[Mapping[str, Any]]]
 Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-STREAM_PATH = re.compile(r"^/api/runs/\d+/stream$")
+# Long-lived responses: the run streams and the OpenAI-compatible completions (which wait for their run).
+STREAM_PATH = re.compile(r"^(/api/runs/\d+/stream|/v1/chat/completions)$")
 
 
 class StreamASGIHandler(ASGIHandler):

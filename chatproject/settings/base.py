@@ -39,6 +39,7 @@ INSTALLED_APPS = [
     "runs",
     "inference_workers",
     "web",
+    "openai_api",
 ]
 
 MIDDLEWARE = [

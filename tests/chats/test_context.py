@@ -217,3 +217,24 @@ def test_the_limit_depends_on_the_requested_output(api: APIClient, user: User) -
 
     assert refused.status_code == 400 and refused.json()["error"]["code"] == "message_too_long"
     assert accepted.status_code == 202, accepted.content
+
+
+@pytest.mark.django_db
+def test_a_chats_own_system_message_replaces_the_default_system_prompt(settings: Settings) -> None:
+    from chats.context import build_prompt_messages
+    from chats.models import MessageRole
+    from tests.factories import MessageFactory, RunFactory
+
+    chat = ChatFactory()
+    MessageFactory(chat=chat, role=MessageRole.SYSTEM, content="Answer in French.")
+    MessageFactory(chat=chat, role=MessageRole.USER, content="Hi")
+    MessageFactory(chat=chat, role=MessageRole.ASSISTANT, content="Bonjour.")
+    run = RunFactory(chat=chat, user=chat.owner, user_message=MessageFactory(chat=chat, content="Name a colour."))
+    assert build_prompt_messages(run=run) == [
+        {"role": "system", "content": "Answer in French."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Bonjour."},
+        {"role": "user", "content": "Name a colour."},
+    ]
+    plain = RunFactory()
+    assert build_prompt_messages(run=plain)[0] == {"role": "system", "content": settings.CONTEXT.system_prompt}

@@ -1,38 +1,32 @@
-"""End-to-end browser fixtures: the real stack (uvicorn web process, Celery worker with the simulated engine)
-on the test database, driven by headless Chromium (Debian's ``chromium``) through Playwright.
+"""End-to-end browser fixtures: the real stack (``tests.live_stack``: uvicorn, a Celery worker with the
+simulated engine, the dispatcher) driven by headless Chromium (Debian's ``chromium``) through Playwright.
 
-The processes start once per session; the tests are transactional so those processes see every row the
-test writes. Screenshots land in ``artifacts/screenshots/``.
+The tests are transactional so those processes see every row the test writes. Screenshots land in
+``artifacts/screenshots/``.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from django.conf import settings
-from django.core.management import get_commands
 from rest_framework.test import APIClient
 
 from accounts.models import User
-from tests.processes import celery_worker_argv, test_database_url
+from tests.live_stack import (  # noqa: F401 - the live stack's fixtures, for this package
+    LiveStack,
+    has_worker_fixture,
+    live_stack_fixture,
+    needs_worker_fixture,
+    settle_runs_fixture,
+)
 from tests.ui.helpers import sign_in
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "artifacts" / "screenshots"
-LOGS = ROOT / "artifacts" / "ui-logs"
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless",
@@ -44,203 +38,6 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-PORT_RANGE = range(int(os.environ.get("UI_TEST_PORT", "8160")), int(os.environ.get("UI_TEST_PORT", "8160")) + 10)
-
-# The simulated engine, slowed down so that text visibly grows for a few seconds.
-SIMULATED_ENGINE_ENV = {
-    "ENGINE_BACKEND": "simulated",
-    "SIM_STEP_BASE_S": os.environ.get("UI_SIM_STEP_BASE_S", "0.08"),
-    "SIM_STEP_PER_SEQ_S": "0.0",
-    "SIM_OUTPUT_TOKENS": os.environ.get("UI_SIM_OUTPUT_TOKENS", "80"),
-    "STREAM_FLUSH_INTERVAL_S": "0.05",
-    "STREAM_FLUSH_MAX_TOKENS": "2",
-}
-
-
-@dataclass
-class LiveStack:
-    base_url: str
-    processes: dict[str, subprocess.Popen[bytes]]
-
-    def url(self, path: str) -> str:
-        return self.base_url + path
-
-
-def _free_port() -> int:
-    for port in PORT_RANGE:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port in {PORT_RANGE}")
-
-
-def _stack_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
-    env.update(SIMULATED_ENGINE_ENV)
-    env.update(
-        {
-            "DJANGO_SETTINGS_MODULE": "chatproject.settings.test",
-            "DATABASE_URL": test_database_url(),
-            "REDIS_URL": settings.REDIS_URL,
-            "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
-            # Tasks of this stack stay between its dispatcher and its worker, even when another test module
-            # keeps a worker of its own on the same broker database.
-            "CELERY_BROKER_KEY_PREFIX": f"ui-{os.getpid()}:",
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
-    return env
-
-
-def _spawn(name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    LOGS.mkdir(parents=True, exist_ok=True)
-    log = (LOGS / f"{name}.log").open("wb")
-    # A process group of its own, so teardown stops exactly what this fixture started.
-    return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is not None:
-        return
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=5)
-
-
-def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"web process exited with {proc.returncode}; see {LOGS / 'web.log'}")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except (urllib.error.URLError, OSError):
-            time.sleep(0.2)
-    raise RuntimeError(f"{url} did not answer within {timeout_s} s")
-
-
-def _wait_log(name: str, proc: subprocess.Popen[bytes], marker: str, timeout_s: float) -> None:
-    path = LOGS / f"{name}.log"
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{name} process exited with {proc.returncode}; see {path}")
-        if marker in path.read_text(errors="replace"):
-            return
-        time.sleep(0.3)
-    raise RuntimeError(f"{name} did not log {marker!r} within {timeout_s} s; see {path}")
-
-
-def _warm_up(base_url: str, *, with_worker: bool) -> None:
-    """One prompt through the whole stack before the tests: the web process loads the tokenizer on first
-    use (seconds on a small CPU) and the worker its engine; no test should pay for that in its timeouts."""
-    from rest_framework.authtoken.models import Token
-
-    from runs.models import TERMINAL_STATUSES, Run
-    from tests.factories import ChatFactory, UserFactory
-
-    user = UserFactory(username="ui-warm-up")
-    chat = ChatFactory(owner=user)
-    token = Token.objects.create(user=user)
-    request = urllib.request.Request(
-        f"{base_url}/api/chats/{chat.pk}/messages",
-        data=json.dumps({"content": "warm up", "max_tokens": 4}).encode(),
-        headers={"Authorization": f"Token {token.key}", "Content-Type": "application/json"},
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=120) as response:
-            run_id = json.load(response)["run"]["id"]
-        deadline = time.monotonic() + 60
-        while with_worker and time.monotonic() < deadline:
-            if Run.objects.filter(pk=run_id, status__in=TERMINAL_STATUSES).exists():
-                break
-            time.sleep(0.2)
-    finally:
-        user.delete()
-
-
-def _worker_argv() -> list[str] | None:
-    """The worker command, once the worker app exists (see inference_workers)."""
-    try:
-        import inference_workers.tasks  # noqa: F401
-    except ImportError:
-        return None
-    return celery_worker_argv(name=f"ui-{os.getpid()}@%h", concurrency=4)
-
-
-@pytest.fixture(scope="package")
-def live_stack(django_db_setup: None, django_db_blocker: object) -> Iterator[LiveStack]:
-    from accounts.models import Tier
-    from accounts.tier_defaults import seed_default_tiers
-
-    with django_db_blocker.unblock():  # type: ignore[attr-defined]
-        seed_default_tiers(Tier)  # earlier transactional tests flush every table; the dispatcher reads tiers at start
-    env = _stack_env()
-    port = _free_port()
-    processes: dict[str, subprocess.Popen[bytes]] = {}
-    try:
-        processes["web"] = _spawn(
-            "web",
-            [
-                str(ROOT / ".venv" / "bin" / "uvicorn"),
-                "chatproject.asgi:application",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--log-level",
-                "warning",
-            ],
-            env,
-        )
-        worker = _worker_argv()
-        if worker:
-            processes["worker"] = _spawn("worker", worker, env)
-            if "run_dispatcher" in get_commands():
-                # Admitted runs wait in the scheduler's queues until the dispatcher hands them to Celery.
-                processes["dispatcher"] = _spawn(
-                    "dispatcher", [sys.executable, str(ROOT / "manage.py"), "run_dispatcher"], env
-                )
-        base_url = f"http://127.0.0.1:{port}"
-        _wait_http(base_url + "/healthz", processes["web"])
-        if "worker" in processes:
-            _wait_log("worker", processes["worker"], "ready.", timeout_s=90)
-        with django_db_blocker.unblock():  # type: ignore[attr-defined]
-            _warm_up(base_url, with_worker="worker" in processes)
-        yield LiveStack(base_url=base_url, processes=processes)
-    finally:
-        for proc in processes.values():
-            _stop(proc)
-        _drop_broker_keys(env["CELERY_BROKER_KEY_PREFIX"])
-
-
-def _drop_broker_keys(prefix: str) -> None:
-    """Removes this stack's (prefixed) broker keys: bindings and any task left unconsumed."""
-    import redis
-
-    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
-    keys = list(client.scan_iter(match=f"{prefix}*", count=500))
-    if keys:
-        client.delete(*keys)
-
-
-@pytest.fixture(scope="package")
-def has_worker(live_stack: LiveStack) -> bool:
-    return "worker" in live_stack.processes
-
-
-@pytest.fixture
-def needs_worker(has_worker: bool) -> None:
-    if not has_worker:
-        pytest.skip("no Celery worker with the simulated engine in this checkout yet")
 
 
 @pytest.fixture(scope="package")
@@ -331,20 +128,3 @@ def api_for() -> Callable[[User], APIClient]:
         return client
 
     return make
-
-
-@pytest.fixture(autouse=True)
-def settle_runs(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Cancels what a test left running and waits for the worker to let go of it, so no answer is still
-    being written into the next test's (flushed) tables and Redis."""
-    yield
-    if "live_stack" not in request.fixturenames:
-        return
-    from runs.models import ACTIVE_STATUSES, Run
-    from runs.services import run_cancel
-
-    for run in Run.objects.filter(status__in=ACTIVE_STATUSES):
-        run_cancel(run=run)
-    deadline = time.monotonic() + 15
-    while Run.objects.filter(status__in=ACTIVE_STATUSES).exists() and time.monotonic() < deadline:
-        time.sleep(0.2)

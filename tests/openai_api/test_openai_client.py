@@ -1,0 +1,163 @@
+"""The official OpenAI Python client against ``/v1`` on the live stack (uvicorn, Celery worker, dispatcher).
+
+Each call is a run like a prompt from the chat UI: the answer the client gets is the assistant message
+stored in Postgres, admission refusals are ``RateLimitError`` with ``Retry-After``, and a client that goes
+away cancels its run.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import openai
+import pytest
+from django.conf import settings
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from accounts.models import User, UserLimitOverride
+from chats.models import Chat, ChatOrigin, MessageRole
+from runs.models import Run, RunStatus
+from tests.factories import UserFactory
+from tests.live_stack import SIMULATED_ENGINE_ENV, LiveStack
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("needs_worker")]
+
+MODEL = settings.ENGINE.served_model_name
+
+
+def client_for(live_stack: LiveStack, user: User | None, **kwargs: Any) -> openai.OpenAI:
+    key = Token.objects.create(user=user).key if user is not None else "not-a-token"
+    return openai.OpenAI(base_url=live_stack.url("/v1"), api_key=key, max_retries=0, timeout=60, **kwargs)
+
+
+def run_of(completion_id: str) -> Run:
+    assert completion_id.startswith("chatcmpl-")
+    return Run.objects.select_related("assistant_message", "chat").get(pk=int(completion_id.removeprefix("chatcmpl-")))
+
+
+def test_models_lists_the_served_model(live_stack: LiveStack) -> None:
+    models = client_for(live_stack, UserFactory()).models.list()
+    assert [m.id for m in models.data] == [MODEL]
+
+
+def test_completion_is_the_stored_answer_and_keeps_the_conversation(live_stack: LiveStack) -> None:
+    user = UserFactory.with_tier("pro")
+    client = client_for(live_stack, user)
+    completion = client.chat.completions.create(
+        model=MODEL,
+        messages=[
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello."},
+            {"role": "user", "content": "Name a colour."},
+        ],
+        max_tokens=20,
+        temperature=0,
+    )
+    run = run_of(completion.id)
+    choice = completion.choices[0]
+    assert run.status == RunStatus.DONE and run.assistant_message is not None
+    assert choice.message.role == "assistant"
+    assert choice.message.content == run.assistant_message.content != ""
+    assert choice.finish_reason in ("stop", "length")
+    assert completion.usage is not None
+    assert completion.usage.completion_tokens == run.output_tokens
+    assert completion.usage.prompt_tokens == run.input_tokens > 0
+    assert (run.max_tokens, run.temperature) == (20, 0.0)
+    # The call is recorded as an API chat: its messages in order, and kept out of the sidebar.
+    assert run.chat.origin == ChatOrigin.API and run.chat.owner == user
+    roles = list(run.chat.messages.order_by("id").values_list("role", "content"))
+    assert roles[:4] == [
+        (MessageRole.SYSTEM, "You are terse."),
+        (MessageRole.USER, "Hi"),
+        (MessageRole.ASSISTANT, "Hello."),
+        (MessageRole.USER, "Name a colour."),
+    ]
+    assert roles[4] == (MessageRole.ASSISTANT, choice.message.content)
+    api = APIClient()
+    api.force_authenticate(user)
+    assert api.get("/api/chats").json()["results"] == []
+
+
+def test_streamed_chunks_reassemble_the_stored_answer(live_stack: LiveStack) -> None:
+    client = client_for(live_stack, UserFactory.with_tier("pro"))
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Tell me a story."}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    ids = {c.id for c in chunks}
+    assert len(ids) == 1
+    run = run_of(ids.pop())
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    content_chunks = [c for c in chunks if c.choices and c.choices[0].delta.content]
+    assert len(content_chunks) > 1, "the answer should arrive in several pieces"
+    assert run.assistant_message is not None and text == run.assistant_message.content
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes == ["length" if run.finish_reason == "length" else "stop"]
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens == run.output_tokens
+
+
+def test_bad_requests_are_openai_errors_and_write_nothing(live_stack: LiveStack) -> None:
+    user = UserFactory.with_tier("pro")
+    client = client_for(live_stack, user)
+    with pytest.raises(openai.AuthenticationError):
+        client_for(live_stack, None).chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}])
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}])
+    assert MODEL in str(missing.value)
+    with pytest.raises(openai.BadRequestError) as last_not_user:
+        client.chat.completions.create(model=MODEL, messages=[{"role": "assistant", "content": "x"}])
+    assert last_not_user.value.body["param"] == "messages[0]"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError) as tools:
+        client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "x"}],
+            tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
+        )
+    assert tools.value.body["param"] == "tools"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError) as too_many:
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=10**6)
+    assert "max_tokens" in str(too_many.value)
+    assert not Chat.objects.filter(owner=user).exists()
+    assert not Run.objects.filter(user=user).exists()
+
+
+def test_a_refused_call_is_a_rate_limit_error_with_retry_after(live_stack: LiveStack) -> None:
+    user = UserFactory.with_tier("free")
+    UserLimitOverride.objects.create(user=user, max_concurrent_runs=1)
+    client = client_for(live_stack, user)
+    stream = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "a"}], stream=True)
+    first = next(iter(stream))  # its run is admitted and holds the user's only slot
+    with pytest.raises(openai.RateLimitError) as refused:
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "b"}])
+    assert int(refused.value.response.headers["retry-after"]) >= 1
+    assert "Too many runs at once" in str(refused.value)
+    assert Run.objects.filter(user=user).count() == 1
+    stream.close()
+    assert run_of(first.id).pk == Run.objects.get(user=user).pk
+
+
+def test_a_client_that_goes_away_cancels_its_run(live_stack: LiveStack) -> None:
+    client = client_for(live_stack, UserFactory.with_tier("pro"))
+    stream = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Write a long story."}], stream=True
+    )
+    received = []
+    for chunk in stream:
+        received.append(chunk)
+        if sum(bool(c.choices and c.choices[0].delta.content) for c in received) >= 2:
+            break
+    stream.close()
+    run = run_of(received[0].id)
+    deadline = time.monotonic() + 20
+    while not Run.objects.get(pk=run.pk).is_terminal and time.monotonic() < deadline:
+        time.sleep(0.2)
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED
+    assert run.output_tokens < int(SIMULATED_ENGINE_ENV["SIM_OUTPUT_TOKENS"])  # cut short
