@@ -33,7 +33,9 @@ the first pass is in the cache for the second):
   Per turn: the worker that served the run (``Run.worker``), its input tokens and TTFT (``first_token_at -
   started_at``, as the worker records them). Prefix-cache hit rate = Δhits / Δqueries of vLLM's own
   scheduler counters, which each worker reports in its heartbeat (``prefix_cache_hits`` /
-  ``prefix_cache_queries``), per round and per pass.
+  ``prefix_cache_queries``), per round and per pass; per pass also from ``vllm:prefix_cache_hits`` /
+  ``vllm:prefix_cache_queries`` on each worker's ``WORKER_METRICS_PORT`` (vLLM's Prometheus logger), which
+  must agree.
 
 Part 2 creates and migrates ``--database-url`` and flushes ``--redis-url`` and ``--broker-url`` (never db 0).
 Every process the benchmark starts is stopped at the end. It prints figures; it asserts nothing about them.
@@ -370,15 +372,21 @@ class TurnRow:
 
 @dataclass
 class Counters:
-    """Each worker's cumulative prefix-cache counters, as its latest heartbeat reports them."""
+    """Both workers' cumulative prefix-cache counters (hits, queries): from their heartbeats and, as a
+    cross-check, from vLLM's Prometheus counters each worker serves on ``WORKER_METRICS_PORT``."""
 
-    by_worker: dict[str, tuple[int, int]]
-    """worker -> (hits, queries)."""
+    beats: dict[str, tuple[int, int]]
+    scraped: dict[str, tuple[float, float]]
 
-    def minus(self, earlier: Counters) -> tuple[int, int]:
-        hits = sum(h - earlier.by_worker.get(w, (0, 0))[0] for w, (h, _) in self.by_worker.items())
-        queries = sum(q - earlier.by_worker.get(w, (0, 0))[1] for w, (_, q) in self.by_worker.items())
-        return hits, queries
+    def minus(self, earlier: Counters, *, scraped: bool = False) -> tuple[int, int]:
+        now, then = (self.scraped, earlier.scraped) if scraped else (self.beats, earlier.beats)
+        hits = sum(h - then.get(w, (0, 0))[0] for w, (h, _) in now.items())
+        queries = sum(q - then.get(w, (0, 0))[1] for w, (_, q) in now.items())
+        return int(hits), int(queries)
+
+
+METRICS_PORTS: dict[str, int] = {}
+"""Each part-2 worker's ``WORKER_METRICS_PORT``."""
 
 
 def read_counters(after: float) -> Counters:
@@ -389,7 +397,10 @@ def read_counters(after: float) -> Counters:
     while True:
         beats = {b.worker: b for b in worker_heartbeats() if b.worker in WORKER_NAMES}
         if len(beats) == len(WORKER_NAMES) and all(b.updated_at > after for b in beats.values()):
-            return Counters({w: (b.prefix_cache_hits, b.prefix_cache_queries) for w, b in beats.items()})
+            return Counters(
+                beats={w: (b.prefix_cache_hits, b.prefix_cache_queries) for w, b in beats.items()},
+                scraped={w: Engine(url=f"http://127.0.0.1:{p}").prefix_counters() for w, p in METRICS_PORTS.items()},
+            )
         if time.monotonic() > deadline:
             raise SystemExit(f"no fresh heartbeat from both workers: {sorted(beats)}")
         time.sleep(0.2)
@@ -418,7 +429,7 @@ def stack_env(**extra: str) -> dict[str, str]:
 
 def start_workers(args: argparse.Namespace, logs: Path) -> list[subprocess.Popen[bytes]]:
     from inference_workers.selectors import worker_heartbeats
-    from tests.processes import celery_worker_argv
+    from tests.processes import celery_worker_argv, free_port
 
     binds = args.omp_bind.split("|") if args.omp_bind else ["", ""]
     procs = []
@@ -435,6 +446,8 @@ def start_workers(args: argparse.Namespace, logs: Path) -> list[subprocess.Popen
         }
         if bind:
             engine["VLLM_CPU_OMP_THREADS_BIND"] = bind
+        METRICS_PORTS[name] = free_port()
+        engine["WORKER_METRICS_PORT"] = str(METRICS_PORTS[name])
         argv = celery_worker_argv(name=name, concurrency=args.slots)
         procs.append(spawn(argv, stack_env(**engine), logs / f"context_bench_{name.split('@')[0]}.log"))
     deadline = time.monotonic() + 600
@@ -533,6 +546,7 @@ def affinity_pass(args: argparse.Namespace, *, affinity: bool, logs: Path) -> di
             cells = " | ".join(f"{short(r.worker):>3} {r.input_tokens:>5} {r.ttft_s * 1000:>6.0f} ms" for r in turn)
             print(f"{t:>4} | {cells} | {rate(hits, queries)} ({hits}/{queries})", flush=True)
         hits, queries = previous.minus(before)
+        scraped = previous.minus(before, scraped=True)
     finally:
         stop_process_group(dispatcher, grace_s=30)
     failed = [r.status for turn in rows for r in turn if r.status != "done"]
@@ -543,6 +557,7 @@ def affinity_pass(args: argparse.Namespace, *, affinity: bool, logs: Path) -> di
         "label": f"CHAT_AFFINITY={str(affinity).lower()}",
         "hits": hits,
         "queries": queries,
+        "scraped": scraped,
         "moves": moves,
         "moves_of": args.chats * (len(rows) - 1),
         "ttft_ms": statistics.mean(r.ttft_s for turn in rows for r in turn) * 1000,
@@ -596,7 +611,10 @@ def part_affinity(args: argparse.Namespace) -> None:
             f"{r['later_ttft_ms']:>9.0f} ms | {json.dumps(r['served'])} | {json.dumps(r['reasons'])}"
             + (f" | not done: {r['failed']}" if r["failed"] else "")
         )
-        print(f"{'':>19}   input tokens {r['input_tokens']}, output tokens {r['output_tokens']} (runs' own counts)")
+        print(
+            f"{'':>19}   input tokens {r['input_tokens']}, output tokens {r['output_tokens']} (runs' own counts); "
+            f"vLLM's /metrics on the workers: {rate(*r['scraped'])} ({r['scraped'][0]} of {r['scraped'][1]})"
+        )
 
 
 def main() -> None:
