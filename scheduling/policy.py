@@ -106,10 +106,14 @@ class FairPolicy:
     def choose(self, heads: Heads, admits: Callable[[str, QueuedRun], bool]) -> QueuedRun | None:
         """The next run to dispatch, or None.
 
-        ``admits(tier, run)`` says whether the engines have room for ``run`` under ``tier``'s gate (the gate may
-        treat users with runs in flight differently, so within a tier the first admissible user in counter
-        order goes). A tier whose floor credit is due may also use the room of the highest backlogged tier:
-        its floor would mean nothing if its own (stricter) gate kept it out while a higher tier dispatches.
+        ``admits(tier, run)`` says whether the engines have room for ``run`` under ``tier``'s gate. The gate
+        keeps its headroom slots for users below their share of the slots, so within a tier the first admissible
+        user in counter order goes, even one ahead on tokens: a user returning from idle is lifted to the lowest
+        waiting counter and is ahead of a flood by its own last run until one of the flood's runs ends and the
+        flood is dispatched again, which on a slow engine is a whole run's length. Passing is bounded: only a
+        user below its slot share gets past a refused one, and only while the users ahead hold their share.
+        A tier whose floor credit is due may also use the room of the highest backlogged tier: its floor would
+        mean nothing if its own (stricter) gate kept it out while a higher tier dispatches.
         """
         backlogged = [t for t in self.tiers if heads.get(t.name)]
         if not backlogged:
@@ -121,21 +125,14 @@ class FairPolicy:
             ordered = self._users_in_order(spec.name, heads[spec.name])
             if self.floor_credit[spec.name] < ordered[0].cost:
                 continue
-            for run in self._tied_first(spec.name, ordered):
+            for run in ordered:
                 if admits(spec.name, run) or admits(top, run):
                     return run
         for spec in backlogged:
-            for run in self._tied_first(spec.name, self._users_in_order(spec.name, heads[spec.name])):
+            for run in self._users_in_order(spec.name, heads[spec.name]):
                 if admits(spec.name, run):
                     return run
         return None
-
-    def _tied_first(self, tier: str, ordered: list[QueuedRun]) -> list[QueuedRun]:
-        """The users sharing the lowest counter: only they may pass a gate that refused the first one (a user
-        returning from idle is lifted to exactly that counter); a user ahead on tokens waits its turn."""
-        counters = self._state[tier].counters
-        lowest = counters.get(ordered[0].user_id, 0.0)
-        return [r for r in ordered if counters.get(r.user_id, 0.0) <= lowest]
 
     def charge(self, run: QueuedRun, heads: Heads) -> None:
         """Accounts for ``run`` having been dispatched; ``heads`` is the backlog it was chosen from."""

@@ -7,6 +7,7 @@ from collections import Counter
 
 import pytest
 
+from scheduling.dispatcher import fair_slot_share, user_is_busy
 from scheduling.gate import EngineLoad, EngineSample, GatePolicy, TierGate, aggregate, engine_load
 from scheduling.policy import FairPolicy, MemoryQueues, QueuedRun, TierSpec, dispatch_one, forecast_order
 
@@ -289,3 +290,41 @@ def test_within_a_tier_the_first_admissible_user_in_counter_order_goes() -> None
     queues.push(run(3))
     # Users 1 and 3 are "busy" for the gate; user 2 (counter lifted to 1's) is the only admissible one.
     assert dispatch_one(policy, queues, lambda _tier, r: r.user_id == 2) == newcomer
+
+
+def test_a_returning_user_ahead_on_tokens_gets_a_headroom_slot_while_a_flood_holds_its_runs() -> None:
+    """8 slots, 2 of them headroom: a flood holds 6 runs that do not end (a slow engine). A chatting user's
+    second prompt is ahead on tokens (lifted to the flood's counter, then charged its first run) and must not
+    wait for one of the flood's runs to end: the headroom is for users below their share of the slots."""
+    gate = GatePolicy(gates=GATE.gates, fallback_max_in_flight=3, idle_running_fraction=0.5, headroom_slots=2)
+    policy, queues = FairPolicy(TIERS), MemoryQueues()
+    in_flight: dict[int, int] = {}
+
+    def step() -> QueuedRun | None:
+        """One decision with the engine statistics of the runs in flight (one heartbeat per decision)."""
+        heads = queues.heads()
+        share = fair_slot_share(8, in_flight, heads)
+        top = next((t.name for t in TIERS if heads.get(t.name)), None)
+        engine = load(running=sum(in_flight.values()))
+        chosen = dispatch_one(
+            policy,
+            queues,
+            lambda tier, r: gate.admits(
+                tier, engine, user_busy=user_is_busy(r, in_flight=in_flight, share=share, top_tier=top)
+            ),
+        )
+        if chosen is not None:
+            in_flight[chosen.user_id] = in_flight.get(chosen.user_id, 0) + 1
+        return chosen
+
+    for _ in range(20):
+        queues.push(run(1))
+    flood = [step() for _ in range(7)]
+    assert [r.user_id if r else None for r in flood] == [1] * 6 + [None]  # the flood stops at slots - headroom
+    queues.push(first := run(2))
+    assert step() == first
+    in_flight[2] -= 1  # the chatting user's answer ends; none of the flood's runs has
+    queues.push(second := run(2))
+    assert policy.counter("free", 2) > policy.counter("free", 1)  # ahead on tokens by its first run
+    assert step() == second
+    assert step() is None  # the flood (at its share) still waits for a run of its own to end
