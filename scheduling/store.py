@@ -15,6 +15,8 @@ Keys (all under ``sched:``):
 * ``sched:refunds``: hash ``{tier}:{user}`` -> counter units to give back (runs that ended using fewer tokens
   than charged); the leading dispatcher folds them into the policy's counters.
 * ``sched:rate``: recent dispatches per second (admission derives a queue-full ``Retry-After`` from it).
+* ``sched:wake``: a list of at most one element, pushed when a run is queued or leaves the in-flight set;
+  an idle dispatcher blocks on it (``BLPOP``, up to one tick) so a new prompt is dispatched at once.
 
 Every mutation is one Lua script, so a claim and a cancel (or two dispatchers) cannot both take a run.
 """
@@ -40,6 +42,7 @@ POLICY_KEY = f"{PREFIX}policy"
 LEADER_KEY = f"{PREFIX}leader"
 RATE_KEY = f"{PREFIX}rate"
 REFUNDS_KEY = f"{PREFIX}refunds"
+WAKE_KEY = f"{PREFIX}wake"
 
 
 def user_queue_key(tier: str, user_id: int) -> str:
@@ -59,7 +62,7 @@ def queued_key(tier: str) -> str:
 
 
 _PUSH = """
--- KEYS: user queue, backlog set, run meta, tier queued zset, inflight zset, inflight users hash
+-- KEYS: user queue, backlog set, run meta, tier queued zset, inflight zset, inflight users hash, wake list
 -- ARGV: run_id, user_id, tier, cost, weight, now
 if redis.call('ZSCORE', KEYS[4], ARGV[1]) then return 0 end
 redis.call('RPUSH', KEYS[1], ARGV[1])
@@ -68,6 +71,8 @@ redis.call('HSET', KEYS[3], 'user', ARGV[2], 'tier', ARGV[3], 'cost', ARGV[4], '
 redis.call('ZADD', KEYS[4], ARGV[6], ARGV[1])
 redis.call('ZREM', KEYS[5], ARGV[1])
 redis.call('HDEL', KEYS[6], ARGV[1])
+redis.call('LPUSH', KEYS[7], 1)
+redis.call('LTRIM', KEYS[7], 0, 0)
 return 1
 """
 
@@ -86,7 +91,7 @@ return 1
 """
 
 _REMOVE = """
--- KEYS: run meta, inflight zset, positions hash, inflight users; ARGV: run_id, prefix
+-- KEYS: run meta, inflight zset, positions hash, inflight users, wake list; ARGV: run_id, prefix
 -- Returns 1 if the run was queued (it leaves the queue now), 2 if it was in flight, 0 otherwise.
 local removed = 0
 local meta = redis.call('HMGET', KEYS[1], 'user', 'tier')
@@ -98,7 +103,11 @@ if meta[1] then
   redis.call('DEL', KEYS[1])
   removed = 1
 end
-if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 and removed == 0 then removed = 2 end
+if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 and removed == 0 then
+  removed = 2
+  redis.call('LPUSH', KEYS[5], 1)  -- a slot freed up: queued runs may fit now
+  redis.call('LTRIM', KEYS[5], 0, 0)
+end
 redis.call('HDEL', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
 return removed
@@ -152,6 +161,7 @@ class SchedulerStore:
             queued_key(run.tier),
             INFLIGHT_KEY,
             INFLIGHT_USERS_KEY,
+            WAKE_KEY,
         ]
         args: list[str | int | float] = [
             run.run_id,
@@ -165,8 +175,12 @@ class SchedulerStore:
 
     def remove(self, run_id: int) -> int:
         """Takes the run out of the queue (1) or out of the in-flight set (2); 0 when it was in neither."""
-        keys = [run_meta_key(run_id), INFLIGHT_KEY, POSITIONS_KEY, INFLIGHT_USERS_KEY]
+        keys = [run_meta_key(run_id), INFLIGHT_KEY, POSITIONS_KEY, INFLIGHT_USERS_KEY, WAKE_KEY]
         return int(self._remove(keys=keys, args=[run_id, PREFIX]))
+
+    def wait_for_work(self, timeout_s: float) -> bool:
+        """Blocks until a run is queued or leaves the in-flight set (True), or ``timeout_s`` passes (False)."""
+        return self.client.blpop([WAKE_KEY], timeout=max(timeout_s, 0.001)) is not None
 
     def is_queued_or_in_flight(self, run_id: int, tier: str) -> bool:
         """Read in this order so a concurrent claim (queued -> in flight) cannot make a run look absent."""

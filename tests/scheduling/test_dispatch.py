@@ -262,3 +262,47 @@ def test_run_end_in_the_web_process_refunds_the_counter_only_for_dispatched_runs
     store.push(q(2, 1))
     assert store.claim(q(2, 1))
     assert store.remove(2) == 2
+
+
+def test_an_idle_dispatcher_is_woken_by_a_new_run_instead_of_sleeping_its_tick(store: SchedulerStore) -> None:
+    assert store.wait_for_work(0.01) is False  # nothing queued: it times out
+    store.push(q(1, user=1))
+    assert store.wait_for_work(5) is True  # the push left a wake token...
+    assert store.wait_for_work(0.01) is False  # ...just one
+
+    sent: list[QueuedRun] = []
+    big = [EngineSample(slots=100, running=0, waiting=0, tpot_s=None, updated_at=9e9)]
+    slow_tick = DispatcherSettings(
+        stale_after_s=1e12, in_flight_ttl_s=1e12, tick_s=30.0, positions_interval_s=1e9, leader_ttl_ms=60_000
+    )
+    dispatcher = Dispatcher(
+        store=store,
+        policy=FairPolicy(SPECS),
+        gate=GATE,
+        settings=slow_tick,
+        stats=lambda: big,
+        send=sent.append,
+    )
+    stop = threading.Event()
+    thread = threading.Thread(target=dispatcher.run_forever, args=(stop,))
+    thread.start()
+    try:
+        for _ in range(100):  # the first tick dispatches run 1, then the loop idles for up to 30 s
+            if sent:
+                break
+            stop.wait(0.02)
+        assert [r.run_id for r in sent] == [1]
+        store.push(q(2, user=2))
+        for _ in range(250):  # well under the 30 s tick: only the wake-up can explain it
+            if len(sent) == 2:
+                break
+            stop.wait(0.02)
+        assert [r.run_id for r in sent] == [1, 2]
+    finally:
+        stop.set()
+        store.push(q(3, user=3))  # wakes it so it sees the stop at once
+        thread.join(timeout=10)
+    assert not thread.is_alive()
+    store.client.delete("sched:wake")
+    assert store.remove(2) == 2  # a run in flight ends: its freed slot wakes the dispatcher too
+    assert store.wait_for_work(0.01) is True
