@@ -665,6 +665,7 @@ class RealtimeBench:
         tasks: set[asyncio.Task[None]] = set()
         answered = {w.user: asyncio.Event() for w in workloads if w.think_s is not None}
         last_sample: EngineSample | None = None
+        in_flight: dict[int, Request] = {}
 
         def submit(w: Workload) -> Request:
             rid = next(self._ids)
@@ -680,6 +681,7 @@ class RealtimeBench:
 
         def start(req: Request) -> None:
             busy[req.user] += 1
+            in_flight[req.rid] = req
             req.dispatched_at = now()
             req.batch = last_sample.running if last_sample is not None else 0
             dispatched.append((req.dispatched_at, req))
@@ -705,6 +707,7 @@ class RealtimeBench:
             finally:
                 req.output = req.produced
                 busy[req.user] -= 1
+                in_flight.pop(req.rid, None)
                 if mode == "fair":
                     policy.refund(req.tier, req.user, max(0, req.max_tokens - req.produced))
                 if req.user in answered:
@@ -730,21 +733,28 @@ class RealtimeBench:
 
         async def dispatcher() -> None:
             nonlocal last_sample
-            next_hb, since = 0.0, 0
+            next_hb, epoch = 0.0, time.time() - now()
             while now() < duration:
-                if now() >= next_hb:  # a heartbeat, as the worker writes it
+                if now() >= next_hb:  # a heartbeat, as the worker writes it (with the time of the engine's figures)
                     st = self.engine.stats()
-                    last_sample = EngineSample(self.slots, st.running, st.waiting, st.tpot_s, time.time())
+                    last_sample = EngineSample(
+                        self.slots, st.running, st.waiting, st.tpot_s, time.time(), stats_at=st.updated_at
+                    )
                     trace.samples.append((now(), last_sample))
                     trace.peak_running = max(trace.peak_running, st.running)
                     trace.peak_waiting = max(trace.peak_waiting, st.waiting)
-                    since, next_hb = 0, next_hb + self.heartbeat_s
+                    next_hb += self.heartbeat_s
                 while mode == "fair" and last_sample is not None:
-                    load = engine_load([last_sample], in_flight=0, dispatched_since_stats=since)
+                    # As Dispatcher.current_load: runs in flight sent after the figures were measured count on top.
+                    fresh, measured = aggregate([last_sample], now=time.time(), stale_after_s=5.0)
+                    seen = (measured if measured is not None else time.time()) - epoch
+                    since = sum(
+                        1 for r in in_flight.values() if r.dispatched_at is not None and r.dispatched_at >= seen
+                    )
+                    load = engine_load(fresh, in_flight=len(in_flight), dispatched_since_stats=since)
                     chosen = dispatch_one(policy, queues, admits_for(gate, load, busy, queues, self.slots))
                     if chosen is None:
                         break
-                    since += 1
                     start(by_id[chosen.run_id])
                 await asyncio.sleep(self.tick_s)
 

@@ -37,6 +37,9 @@ class WorkerHeartbeat:
     """Prompt tokens the engine looked up in its prefix cache since it started (cumulative, like vLLM's counter)."""
     prefix_cache_hits: int = 0
     """Of those, tokens served from the prefix cache; the hit rate over a period is Δhits / Δqueries."""
+    stats_at: float | None = None
+    """Unix time the engine measured running/waiting (its last step; older than ``updated_at`` during a long
+    step): the dispatcher counts runs sent after it as not yet visible in them."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -137,6 +137,7 @@ class WorkerRuntime:
             updated_at=time.time(),
             prefix_cache_queries=stats.prefix_cache_queries,
             prefix_cache_hits=stats.prefix_cache_hits,
+            stats_at=stats.updated_at,
         )
         pipe = self.client.pipeline(transaction=False)
         pipe.set(heartbeat_key(self.worker_name), beat.to_json(), ex=ttl)

@@ -32,7 +32,12 @@ def engine_samples() -> list[EngineSample]:
         return []
     return [
         EngineSample(
-            slots=hb.max_slots, running=hb.running, waiting=hb.waiting, tpot_s=hb.tpot_s, updated_at=hb.updated_at
+            slots=hb.max_slots,
+            running=hb.running,
+            waiting=hb.waiting,
+            tpot_s=hb.tpot_s,
+            updated_at=hb.updated_at,
+            stats_at=hb.stats_at,
         )
         for hb in worker_heartbeats()
     ]

@@ -34,6 +34,10 @@ class EngineSample:
     waiting: int
     tpot_s: float | None
     updated_at: float
+    """When the worker reported (liveness: staleness is judged by it)."""
+    stats_at: float | None = None
+    """When the engine measured ``running``/``waiting`` (None: at ``updated_at``). A heartbeat written during a
+    long engine step repeats older figures; runs dispatched after this time are counted as load on top."""
 
 
 @dataclass(frozen=True)
@@ -64,9 +68,11 @@ class EngineLoad:
 def aggregate(
     samples: Iterable[EngineSample], *, now: float, stale_after_s: float
 ) -> tuple[list[EngineSample], float | None]:
-    """The fresh samples and the oldest fresh ``updated_at`` (None when no worker reported lately)."""
+    """The fresh samples and the time of the oldest figures among them (``stats_at``, else ``updated_at``; None
+    when no worker reported lately): runs dispatched since then are not in the figures yet."""
     fresh = [s for s in samples if now - s.updated_at <= stale_after_s]
-    return fresh, (min(s.updated_at for s in fresh) if fresh else None)
+    measured = [s.stats_at if s.stats_at is not None else s.updated_at for s in fresh]
+    return fresh, (min(measured) if measured else None)
 
 
 def engine_load(fresh: list[EngineSample], *, in_flight: int, dispatched_since_stats: int) -> EngineLoad:

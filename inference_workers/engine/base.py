@@ -48,6 +48,8 @@ class EngineStats:
     prefix_cache_hits: int = 0
     """Of those, tokens served from the cache (vLLM's ``prefix_cache_hits``); hits / queries is the hit rate."""
     updated_at: float = field(default_factory=time.time)
+    """Unix time these figures were measured: vLLM's last iteration (a long step or an idle engine leaves them
+    old), now for an engine that computes them on demand. Runs sent after it are not in running/waiting yet."""
 
 
 class InferenceEngine(Protocol):

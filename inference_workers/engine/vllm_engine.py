@@ -6,6 +6,7 @@ import hashlib
 import json
 import logging
 import os
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,8 @@ class _StatsSink:
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
         self.tpot = TpotWindow()
+        self.updated_at = time.time()
+        """When vLLM last reported its scheduler statistics (the end of an engine step)."""
 
     def snapshot(self) -> EngineStats:
         return EngineStats(
@@ -43,6 +46,7 @@ class _StatsSink:
             tpot_s=self.tpot.mean(),
             prefix_cache_queries=self.prefix_cache_queries,
             prefix_cache_hits=self.prefix_cache_hits,
+            updated_at=self.updated_at,
         )
 
 
@@ -68,6 +72,7 @@ def _make_stat_logger(sink: _StatsSink) -> Any:
                 prefix = scheduler_stats.prefix_cache_stats
                 sink.prefix_cache_queries += prefix.queries
                 sink.prefix_cache_hits += prefix.hits
+                sink.updated_at = time.time()
             if iteration_stats is not None:
                 for latency in iteration_stats.inter_token_latencies_iter:
                     sink.tpot.add(latency)

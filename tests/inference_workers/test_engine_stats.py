@@ -63,3 +63,25 @@ def test_a_heartbeat_written_without_the_counters_still_reads() -> None:
     beat = WorkerHeartbeat.from_json(json.dumps(old))
     assert (beat.prefix_cache_queries, beat.prefix_cache_hits) == (0, 0)
     assert heartbeat_key(beat.worker) == "worker:heartbeat:old@host"
+
+
+def test_the_figures_keep_the_time_vllm_measured_them_and_the_heartbeat_carries_it(
+    sim_runtime: WorkerRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """During a long engine step no statistics arrive: a later snapshot must not look newer than its figures."""
+    from inference_workers.engine import vllm_engine
+
+    sink = _StatsSink()
+    logger = _make_stat_logger(sink)(vllm_config=None)
+    monkeypatch.setattr(vllm_engine.time, "time", lambda: 500.0)
+    logger.record(scheduler_stats=_scheduler_stats(queries=0, hits=0, running=3), iteration_stats=None)
+    monkeypatch.setattr(vllm_engine.time, "time", lambda: 509.0)
+    logger.record(scheduler_stats=None, iteration_stats=None)  # no scheduler figures: their time stays
+    assert (sink.snapshot().running, sink.snapshot().updated_at) == (3, 500.0)
+    monkeypatch.undo()
+
+    monkeypatch.setattr(sim_runtime.host, "stats", lambda: EngineStats(running=3, updated_at=123.0))
+    sim_runtime.beat()
+    [beat] = [b for b in worker_heartbeats() if b.worker == sim_runtime.worker_name]
+    assert beat.stats_at == 123.0 and beat.updated_at > beat.stats_at
+    assert WorkerHeartbeat.from_json(json.dumps({**json.loads(beat.to_json()), "stats_at": None})).stats_at is None

@@ -115,6 +115,24 @@ def test_dispatch_is_gated_on_engine_statistics(store: SchedulerStore) -> None:
     assert d.tick() == []  # too slow per output token for the free tier
 
 
+def test_a_heartbeat_repeating_old_engine_figures_does_not_reopen_the_gate(store: SchedulerStore) -> None:
+    """During a long engine step (a burst of prefills on a CPU) the worker keeps writing heartbeats with the
+    figures of the last step; runs sent since those figures were measured still count as load."""
+    clock, sent = FakeClock(), list[QueuedRun]()
+    for i in range(10):
+        store.push(q(i + 1, 1))
+    measured = clock.now
+    samples = [EngineSample(slots=4, running=2, waiting=0, tpot_s=0.2, updated_at=clock.now, stats_at=measured)]
+    d = make_dispatcher(store, samples, sent, clock)
+    assert len(d.tick()) == 3  # two free slots, then one waiting (max_waiting=1)
+    clock.now += 1.0  # the next heartbeat: written now, the same figures (no engine step ended)
+    samples[0] = EngineSample(slots=4, running=2, waiting=0, tpot_s=0.2, updated_at=clock.now, stats_at=measured)
+    assert d.tick() == []
+    # Without the measurement time the heartbeat would look new and the three runs already sent would be forgotten.
+    samples[0] = EngineSample(slots=4, running=2, waiting=0, tpot_s=0.2, updated_at=clock.now)
+    assert len(d.tick()) == 3
+
+
 def test_stale_statistics_fall_back_to_the_in_flight_cap(store: SchedulerStore) -> None:
     clock, sent = FakeClock(), list[QueuedRun]()
     for i in range(10):

@@ -261,6 +261,15 @@ def test_fresh_samples_are_summed_and_the_worst_tpot_wins() -> None:
     assert agg.effective_waiting == 0 and agg.effective_running == 11
 
 
+def test_runs_are_counted_from_when_the_engine_measured_its_figures_not_from_the_heartbeat() -> None:
+    long_step = EngineSample(slots=8, running=4, waiting=0, tpot_s=0.3, updated_at=100.0, stats_at=91.0)
+    plain = EngineSample(slots=8, running=4, waiting=0, tpot_s=0.3, updated_at=99.0)
+    # Fresh by the heartbeat's write time (the worker is alive) even though its figures are 9 s old.
+    assert aggregate([long_step], now=100.5, stale_after_s=5.0) == ([long_step], 91.0)
+    assert aggregate([plain], now=100.5, stale_after_s=5.0) == ([plain], 99.0)  # older workers: the write time
+    assert aggregate([long_step, plain], now=100.5, stale_after_s=5.0)[1] == 91.0
+
+
 def test_a_returning_user_goes_before_the_flooding_user_on_equal_counters() -> None:
     policy, queues = FairPolicy(TIERS), MemoryQueues()
     for _ in range(10):
