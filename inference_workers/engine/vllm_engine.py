@@ -36,7 +36,9 @@ class _StatsSink:
         self.prefix_cache_hits = 0
         self.tpot = TpotWindow()
         self.updated_at = time.time()
-        """When vLLM last reported its scheduler statistics (the end of an engine step)."""
+        """The figures count the requests submitted before this time: the start of the step they describe."""
+        self.last_step_at = self.updated_at
+        """When the previous step's figures arrived (about when the step after it began)."""
 
     def snapshot(self) -> EngineStats:
         return EngineStats(
@@ -72,7 +74,10 @@ def _make_stat_logger(sink: _StatsSink) -> Any:
                 prefix = scheduler_stats.prefix_cache_stats
                 sink.prefix_cache_queries += prefix.queries
                 sink.prefix_cache_hits += prefix.hits
-                sink.updated_at = time.time()
+                # vLLM takes in new requests between steps: these figures (made at the end of a step) count those
+                # submitted before the step began, about when the previous step's figures arrived, not later ones.
+                now = time.time()
+                sink.updated_at, sink.last_step_at = sink.last_step_at, now
             if iteration_stats is not None:
                 for latency in iteration_stats.inter_token_latencies_iter:
                     sink.tpot.add(latency)

@@ -74,9 +74,12 @@ def test_the_figures_keep_the_time_vllm_measured_them_and_the_heartbeat_carries_
     sink = _StatsSink()
     logger = _make_stat_logger(sink)(vllm_config=None)
     monkeypatch.setattr(vllm_engine.time, "time", lambda: 500.0)
+    logger.record(scheduler_stats=_scheduler_stats(queries=0, hits=0, running=2), iteration_stats=None)
+    monkeypatch.setattr(vllm_engine.time, "time", lambda: 500.4)
     logger.record(scheduler_stats=_scheduler_stats(queries=0, hits=0, running=3), iteration_stats=None)
     monkeypatch.setattr(vllm_engine.time, "time", lambda: 509.0)
     logger.record(scheduler_stats=None, iteration_stats=None)  # no scheduler figures: their time stays
+    # The step that ended at 500.4 began at about 500.0: requests submitted since are not in its figures.
     assert (sink.snapshot().running, sink.snapshot().updated_at) == (3, 500.0)
     monkeypatch.undo()
 
