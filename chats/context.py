@@ -158,28 +158,27 @@ def rendered_token_count(messages: ChatMessages) -> int:
 def plan_run_prompt(*, run: Run) -> PromptPlan:
     """Loads the run's chat pieces and plans its prompt (see :func:`plan_prompt`)."""
     from django.conf import settings
+    from django.db.models import Q
 
     from chats.models import Message, MessageRole
 
     chat = run.chat
     config = settings.CONTEXT
-    # A chat's own system message (an OpenAI-compatible call may bring one) replaces the default prompt.
-    own_system = (
-        Message.objects.filter(chat_id=run.chat_id, role=MessageRole.SYSTEM, id__lt=run.user_message_id)
-        .order_by("id")
-        .values_list("content", flat=True)
-        .first()
-    )
-    history = Message.objects.filter(chat_id=run.chat_id, id__lt=run.user_message_id).exclude(role=MessageRole.SYSTEM)
     summary = chat.summary
+    earlier = Message.objects.filter(chat_id=run.chat_id, id__lt=run.user_message_id)
     if chat.summary_through_id is not None and chat.summary_through_id < run.user_message_id:
-        history = history.filter(id__gt=chat.summary_through_id)
+        # The turns after the summary, and the chat's own system message (an OpenAI-compatible call may bring
+        # one: it replaces the default prompt), in one query.
+        earlier = earlier.filter(Q(id__gt=chat.summary_through_id) | Q(role=MessageRole.SYSTEM))
     else:
         summary = ""
-    turns = [
-        Turn(role=role, content=content, tokens=tokens)
-        for role, content, tokens in history.order_by("id").values_list("role", "content", "token_count")
-    ]
+    own_system: str | None = None
+    turns: list[Turn] = []
+    for role, content, tokens in earlier.order_by("id").values_list("role", "content", "token_count"):
+        if role != MessageRole.SYSTEM:
+            turns.append(Turn(role=role, content=content, tokens=tokens))
+        elif own_system is None:
+            own_system = content
     budget = prompt_budget(
         context_limit_tokens=run.tier.context_limit_tokens,
         max_model_len=settings.ENGINE.max_model_len,
