@@ -14,16 +14,15 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
-from typing import Any, cast
+from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
-from rest_framework.authtoken.models import Token
 
 from accounts.models import User
+from accounts.selectors import user_for_token
 from chatproject.exceptions import DomainError
 from chats.models import Message
 from openai_api.errors import OpenAIRequestError, error_response, from_domain_error, from_request_error
@@ -36,12 +35,7 @@ from runs.sse import db_call, db_submit
 logger = logging.getLogger(__name__)
 
 
-def _token_user(key: str) -> AbstractBaseUser | None:
-    token = Token.objects.select_related("user__tier").filter(key=key).first()
-    return token.user if token is not None and token.user.is_active else None
-
-
-async def _bearer_user(request: HttpRequest) -> AbstractBaseUser | HttpResponse:
+async def _bearer_user(request: HttpRequest) -> User | HttpResponse:
     scheme, _, key = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
         return error_response(
@@ -49,7 +43,7 @@ async def _bearer_user(request: HttpRequest) -> AbstractBaseUser | HttpResponse:
             status=401,
             code="missing_api_key",
         )
-    user = await db_call(_token_user, key.strip())
+    user = await db_call(user_for_token, key.strip())
     if user is None:
         return error_response("Incorrect API token.", status=401, code="invalid_api_key")
     return user
@@ -59,7 +53,7 @@ def _model_card() -> dict[str, Any]:
     return {"id": settings.ENGINE.served_model_name, "object": "model", "created": 0, "owned_by": "chat-serving"}
 
 
-async def _authorized(request: HttpRequest, method: str) -> AbstractBaseUser | HttpResponse:
+async def _authorized(request: HttpRequest, method: str) -> User | HttpResponse:
     """The token's user, or the error to answer (wrong method, missing or unknown token)."""
     if request.method != method:
         return error_response(f"Use {method}.", status=405, code="method_not_allowed")
@@ -127,8 +121,8 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
     return JsonResponse(body_out)
 
 
-def _create(user: AbstractBaseUser, parsed: ChatCompletionRequest) -> Run:
-    return completion_create(user=cast(User, user), request=parsed)
+def _create(user: User, parsed: ChatCompletionRequest) -> Run:
+    return completion_create(user=user, request=parsed)
 
 
 async def _stream_or_cancel(run: Run, *, model: str, include_usage: bool) -> AsyncIterator[bytes]:

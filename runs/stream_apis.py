@@ -14,19 +14,14 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from django_eventstream.utils import add_default_headers
-from rest_framework.authtoken.models import Token
 
+from accounts.selectors import user_for_token
 from runs.models import Run
 from runs.sse import db_call, iter_run_events, open_run_stream
 
 
 def _error(status: int, code: str, message: str) -> JsonResponse:
     return JsonResponse({"error": {"code": code, "message": message}}, status=status)
-
-
-def _token_user(key: str) -> AbstractBaseUser | None:
-    token = Token.objects.select_related("user").filter(key=key).first()
-    return token.user if token is not None and token.user.is_active else None
 
 
 def _session_user(request: HttpRequest) -> AbstractBaseUser | AnonymousUser:
@@ -46,7 +41,7 @@ async def _authenticate(request: HttpRequest) -> AbstractBaseUser | AnonymousUse
         scheme, _, key = header.partition(" ")
         if scheme.lower() != "token" or not key.strip():
             return None
-        return await db_call(_token_user, key.strip())
+        return await db_call(user_for_token, key.strip())
     return await db_call(_session_user, request)
 
 

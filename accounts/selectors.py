@@ -1,0 +1,16 @@
+"""Reads of users."""
+
+from __future__ import annotations
+
+from rest_framework.authtoken.models import Token
+
+from accounts.models import User
+
+
+def user_for_token(key: str) -> User | None:
+    """The active user an API token belongs to (with the tier loaded), or None for an unknown token.
+
+    For the async endpoints that authenticate outside DRF (the SSE stream, the OpenAI-compatible ``/v1``).
+    """
+    token = Token.objects.select_related("user__tier").filter(key=key).first()
+    return token.user if token is not None and token.user.is_active else None
