@@ -200,13 +200,17 @@ class SchedulerStore:
 
     # -- dispatcher side ---------------------------------------------------------------------------
 
-    def heads(self) -> dict[str, dict[int, QueuedRun]]:
-        """Each backlogged user's first run per tier (read without a lock: ``claim`` re-checks)."""
+    def _backlogged(self) -> list[tuple[str, int]]:
+        """``(tier, user)`` of every user with queued runs, tier by tier."""
         pipe = self.client.pipeline(transaction=False)
         for tier in self.tiers:
             pipe.smembers(backlog_key(tier))
         members: list[set[str]] = pipe.execute()
-        pairs = [(tier, int(u)) for tier, users in zip(self.tiers, members, strict=True) for u in users]
+        return [(tier, int(u)) for tier, users in zip(self.tiers, members, strict=True) for u in users]
+
+    def heads(self) -> dict[str, dict[int, QueuedRun]]:
+        """Each backlogged user's first run per tier (read without a lock: ``claim`` re-checks)."""
+        pairs = self._backlogged()
         pipe = self.client.pipeline(transaction=False)
         for tier, user in pairs:
             pipe.lindex(user_queue_key(tier, user), 0)
@@ -215,11 +219,7 @@ class SchedulerStore:
 
     def all_queued(self) -> MemoryQueues:
         """Every queued run, per tier and user, in queue order (for the position forecast)."""
-        pipe = self.client.pipeline(transaction=False)
-        for tier in self.tiers:
-            pipe.smembers(backlog_key(tier))
-        members: list[set[str]] = pipe.execute()
-        pairs = [(tier, int(u)) for tier, users in zip(self.tiers, members, strict=True) for u in users]
+        pairs = self._backlogged()
         pipe = self.client.pipeline(transaction=False)
         for tier, user in pairs:
             pipe.lrange(user_queue_key(tier, user), 0, -1)
