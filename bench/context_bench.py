@@ -197,19 +197,11 @@ def start_engine(port: int, *, kv_gib: int) -> Engine:
 
 
 def wait_ready(engines: list[Engine], timeout_s: float = 600) -> None:
-    deadline = time.monotonic() + timeout_s
+    from tests.processes import wait_http
+
     for engine in engines:
-        while True:
-            if engine.process is not None and engine.process.poll() is not None:
-                raise SystemExit(f"vLLM server {engine.url} exited; see artifacts/context_bench_vllm_*.log")
-            try:
-                if requests.get(f"{engine.url}/health", timeout=2).ok:
-                    break
-            except requests.RequestException:
-                pass
-            if time.monotonic() > deadline:
-                raise SystemExit(f"vLLM server {engine.url} not ready after {timeout_s:.0f} s")
-            time.sleep(1)
+        what = f"vLLM server {engine.url} (logs: artifacts/context_bench_vllm_*.log)"
+        wait_http(f"{engine.url}/health", engine.process, timeout_s=timeout_s, what=what)
 
 
 def stop_engines(engines: list[Engine]) -> None:

@@ -133,23 +133,6 @@ def make_chats(tokens: list[str]) -> list[int]:
     return [Chat.objects.create(owner=Token.objects.get(key=key).user, title="bench").pk for key in tokens]
 
 
-def wait_http(url: str, proc: subprocess.Popen[bytes], what: str, log: Path, timeout_s: float = 600) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if proc.poll() is not None:
-            raise SystemExit(f"{what} exited ({proc.returncode}); see {log}")
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            raise SystemExit(f"{what} did not answer {url} in {timeout_s:.0f} s; see {log}")
-        time.sleep(1)
-
-
 def spawn(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("wb") as out:
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -254,7 +237,7 @@ def median_wave(waves: list[Wave]) -> Wave:
 def vllm_phase(args: argparse.Namespace, levels: list[int], model_path: str, logs: Path) -> list[Wave]:
     import httpx
 
-    from tests.processes import free_port, stop_process_group
+    from tests.processes import free_port, stop_process_group, wait_http
 
     port = free_port()
     base = f"http://127.0.0.1:{port}"
@@ -272,7 +255,7 @@ def vllm_phase(args: argparse.Namespace, levels: list[int], model_path: str, log
     waves: list[Wave] = []
     prompt_tokens: set[int] = set()
     try:
-        wait_http(f"{base}/health", proc, "the vLLM server", log)
+        wait_http(f"{base}/health", proc, timeout_s=600, what=f"the vLLM server (log: {log})")
         print(f"vLLM server up in {time.monotonic() - t:.0f} s (port {port})", flush=True)
 
         async def wave(c: int, max_tokens: int) -> tuple[Wave, list[Result]]:
@@ -303,7 +286,7 @@ def our_phase(args: argparse.Namespace, levels: list[int], logs: Path) -> dict[s
     import httpx
 
     from inference_workers.selectors import worker_heartbeats
-    from tests.processes import celery_worker_argv, child_env, free_port, stop_process_group
+    from tests.processes import celery_worker_argv, child_env, free_port, stop_process_group, wait_http
 
     slots = max(levels)
     port = free_port()
@@ -332,7 +315,7 @@ def our_phase(args: argparse.Namespace, levels: list[int], logs: Path) -> dict[s
         worker_log = logs / "e2e-bench-worker.log"
         worker = spawn(celery_worker_argv(name=name, concurrency=slots, events=True), env, worker_log)
         procs.append(worker)
-        wait_http(f"{base}/healthz", procs[0], "the web process", web_log)
+        wait_http(f"{base}/healthz", procs[0], timeout_s=600, what=f"the web process (log: {web_log})")
         deadline = time.monotonic() + 600
         while not any(b.worker == name for b in worker_heartbeats()):
             if worker.poll() is not None or time.monotonic() > deadline:

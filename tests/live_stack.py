@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -25,7 +24,7 @@ import pytest
 from django.conf import settings
 from django.core.management import get_commands
 
-from tests.processes import celery_worker_argv, test_database_url
+from tests.processes import celery_worker_argv, stop_process_group, test_database_url, wait_http
 
 ROOT = Path(__file__).resolve().parents[1]
 LOGS = ROOT / "artifacts" / "stack-logs"
@@ -87,30 +86,6 @@ def _spawn(name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen[
     log = (LOGS / f"{LABEL}-{name}.log").open("wb")
     # A process group of its own, so teardown stops exactly what this fixture started.
     return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is not None:
-        return
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=5)
-
-
-def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"web process exited with {proc.returncode}; see {LOGS / 'web.log'}")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except (urllib.error.URLError, OSError):
-            time.sleep(0.2)
-    raise RuntimeError(f"{url} did not answer within {timeout_s} s")
 
 
 def _wait_log(name: str, proc: subprocess.Popen[bytes], marker: str, timeout_s: float) -> None:
@@ -199,7 +174,7 @@ def live_stack_fixture(django_db_setup: None, django_db_blocker: object) -> Iter
                     "dispatcher", [sys.executable, str(ROOT / "manage.py"), "run_dispatcher"], env
                 )
         base_url = f"http://127.0.0.1:{port}"
-        _wait_http(base_url + "/healthz", processes["web"])
+        wait_http(base_url + "/healthz", processes["web"], timeout_s=30, what=f"the web process ({LOGS})")
         if "worker" in processes:
             _wait_log("worker", processes["worker"], "ready.", timeout_s=90)
         with django_db_blocker.unblock():  # type: ignore[attr-defined]
@@ -207,7 +182,7 @@ def live_stack_fixture(django_db_setup: None, django_db_blocker: object) -> Iter
         yield LiveStack(base_url=base_url, processes=processes)
     finally:
         for proc in processes.values():
-            _stop(proc)
+            stop_process_group(proc)
         _drop_broker_keys(env["CELERY_BROKER_KEY_PREFIX"])
 
 

@@ -6,6 +6,9 @@ import os
 import signal
 import socket
 import subprocess
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from urllib.parse import quote
 
@@ -82,3 +85,23 @@ def stop_process_group(proc: subprocess.Popen[bytes], *, grace_s: float = 15) ->
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=5)
+
+
+def wait_http(
+    url: str, proc: subprocess.Popen[bytes] | None, *, timeout_s: float = 60, what: str = "the process"
+) -> None:
+    """Waits until ``url`` answers 200. Raises ``RuntimeError`` when ``proc`` (if given) exits first or after
+    ``timeout_s``; ``what`` names the process (and where its log is) in that message."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{what} exited ({proc.returncode}) before {url} answered")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not answer {url} within {timeout_s:.0f} s")
+        time.sleep(0.2)

@@ -31,7 +31,7 @@ from chats.models import Message, MessageRole
 from runs.models import FinishReason, Run, RunStatus
 from runs.streams import RunStreamWriter, StreamEvent, cancel_key, run_terminal_event, stream_key
 from tests.factories import RunFactory, UserFactory
-from tests.processes import celery_worker_argv, child_env, free_port
+from tests.processes import celery_worker_argv, child_env, free_port, wait_http
 
 ROOT = Path(__file__).resolve().parents[2]
 LOGS = ROOT / "artifacts" / "test-stream-logs"
@@ -73,19 +73,8 @@ def web(django_db_setup: None, django_db_blocker: Any) -> Iterator[tuple[str, st
     ]
     urls = tuple(f"http://127.0.0.1:{port}" for port in ports)
     try:
-        deadline = time.monotonic() + 60
         for url, proc in zip(urls, procs, strict=True):
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"uvicorn exited; see {LOGS}")
-                try:
-                    if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{url} did not start")
-                time.sleep(0.2)
+            wait_http(f"{url}/healthz", proc, timeout_s=60, what=f"uvicorn (logs: {LOGS})")
         yield urls[0], urls[1]
     finally:
         for proc in procs:
