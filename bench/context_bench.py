@@ -420,8 +420,7 @@ def stack_env(**extra: str) -> dict[str, str]:
 
 
 def start_workers(args: argparse.Namespace, logs: Path) -> list[subprocess.Popen[bytes]]:
-    from inference_workers.selectors import worker_heartbeats
-    from tests.processes import celery_worker_argv, free_port
+    from tests.processes import celery_worker_argv, free_port, wait_worker_heartbeat
 
     binds = args.omp_bind.split("|") if args.omp_bind else ["", ""]
     procs = []
@@ -442,14 +441,8 @@ def start_workers(args: argparse.Namespace, logs: Path) -> list[subprocess.Popen
         engine["WORKER_METRICS_PORT"] = str(METRICS_PORTS[name])
         argv = celery_worker_argv(name=name, concurrency=args.slots)
         procs.append(spawn(argv, stack_env(**engine), logs / f"context_bench_{name.split('@')[0]}.log"))
-    deadline = time.monotonic() + 600
-    while {b.worker for b in worker_heartbeats()} < set(WORKER_NAMES):
-        for proc in procs:
-            if proc.poll() is not None:
-                raise SystemExit(f"a worker exited ({proc.returncode}); see {logs}/context_bench_ctx-w*.log")
-        if time.monotonic() > deadline:
-            raise SystemExit(f"the workers did not start in 600 s; see {logs}/context_bench_ctx-w*.log")
-        time.sleep(1)
+    for name, proc in zip(WORKER_NAMES, procs, strict=True):  # the engines build in parallel
+        wait_worker_heartbeat(name, proc, timeout_s=600, what=f"{name} (logs: {logs}/context_bench_ctx-w*.log)")
     return procs
 
 

@@ -285,8 +285,14 @@ def our_phase(args: argparse.Namespace, levels: list[int], logs: Path) -> dict[s
     """Our stack, driven through each API in ``args.ours_api``: the median wave per level, by API."""
     import httpx
 
-    from inference_workers.selectors import worker_heartbeats
-    from tests.processes import celery_worker_argv, child_env, free_port, stop_process_group, wait_http
+    from tests.processes import (
+        celery_worker_argv,
+        child_env,
+        free_port,
+        stop_process_group,
+        wait_http,
+        wait_worker_heartbeat,
+    )
 
     slots = max(levels)
     port = free_port()
@@ -316,11 +322,7 @@ def our_phase(args: argparse.Namespace, levels: list[int], logs: Path) -> dict[s
         worker = spawn(celery_worker_argv(name=name, concurrency=slots, events=True), env, worker_log)
         procs.append(worker)
         wait_http(f"{base}/healthz", procs[0], timeout_s=600, what=f"the web process (log: {web_log})")
-        deadline = time.monotonic() + 600
-        while not any(b.worker == name for b in worker_heartbeats()):
-            if worker.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"the worker did not start; see {worker_log}")
-            time.sleep(1)
+        wait_worker_heartbeat(name, worker, timeout_s=600, what=f"the worker (log: {worker_log})")
         for proc in procs[:2]:
             if proc.poll() is not None:
                 raise SystemExit(f"a process of our stack exited ({proc.args!r}); see {logs}")

@@ -188,22 +188,14 @@ def worker_wave(concurrency: int, max_tokens: int) -> Wave:
 
 
 def start_worker(slots: int, log_path: Path) -> subprocess.Popen[bytes]:
-    from inference_workers.selectors import worker_heartbeats
+    from tests.processes import celery_worker_argv, wait_worker_heartbeat
 
     name = f"bench-{uuid.uuid4().hex[:6]}@bench"
-    cmd = [
-        str(ROOT / ".venv" / "bin" / "celery"),
-        *("-A", "chatproject", "worker", "-P", "threads", "-c", str(slots), "-Q", "pro,plus,free,batch"),
-        *("--prefetch-multiplier", "1", "-E", "-n", name, "--without-gossip", "--without-mingle", "-l", "warning"),
-    ]
+    cmd = celery_worker_argv(name=name, concurrency=slots, events=True)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CHAT_AFFINITY": "false"}
     with log_path.open("wb") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 600
-    while not any(b.worker == name for b in worker_heartbeats()):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"the worker did not start; see {log_path}")
-        time.sleep(1)
+    wait_worker_heartbeat(name, proc, timeout_s=600, what=f"the worker (log: {log_path})")
     return proc
 
 

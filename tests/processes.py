@@ -105,3 +105,19 @@ def wait_http(
         if time.monotonic() > deadline:
             raise RuntimeError(f"{what} did not answer {url} within {timeout_s:.0f} s")
         time.sleep(0.2)
+
+
+def wait_worker_heartbeat(
+    name: str, proc: subprocess.Popen[bytes], *, timeout_s: float = 300, what: str = "the worker"
+) -> None:
+    """Waits until the Celery worker ``name`` writes its first heartbeat (its engine is built and it consumes).
+    Raises ``RuntimeError`` when ``proc`` exits first or after ``timeout_s``."""
+    from inference_workers.selectors import worker_heartbeats
+
+    deadline = time.monotonic() + timeout_s
+    while not any(b.worker == name for b in worker_heartbeats()):
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited ({proc.returncode}) before its first heartbeat")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} wrote no heartbeat within {timeout_s:.0f} s")
+        time.sleep(1)

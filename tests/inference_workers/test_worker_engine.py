@@ -30,7 +30,7 @@ from runs.services import run_cancel
 from runs.streams import StreamEvent
 from tests.factories import ChatFactory, MessageFactory, RunFactory, UserFactory
 from tests.inference_workers.conftest import stream_of, text_after_last_reset, wait_for, wait_terminal
-from tests.processes import celery_worker_argv, child_env, free_port
+from tests.processes import celery_worker_argv, child_env, free_port, wait_worker_heartbeat
 
 pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True)]
 
@@ -53,7 +53,6 @@ def _stop(proc: subprocess.Popen[bytes], *, grace_s: float = 30) -> None:
 @pytest.fixture(scope="module")
 def engine_worker(django_db_setup: None, django_db_blocker: Any) -> Iterator[str]:
     """``celery worker -P threads`` with the real engine (vLLM, SmolLM2, fp32, eager, 1 GiB KV cache)."""
-    from chatproject.redis_client import get_redis
 
     broker_db = settings.CELERY_BROKER_URL.rsplit("/", 1)[-1]
     assert broker_db != "0", "the engine tests flush their broker database: never the dev stack's db 0"
@@ -76,13 +75,7 @@ def engine_worker(django_db_setup: None, django_db_blocker: Any) -> Iterator[str
     with log_path.open("wb") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 300
-        while not any(b.worker == WORKER_NAME for b in worker_heartbeats(client=get_redis())):
-            if proc.poll() is not None:
-                raise RuntimeError(f"the engine worker exited ({proc.returncode}); see {log_path}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the engine worker did not come up in 300 s; see {log_path}")
-            time.sleep(1)
+        wait_worker_heartbeat(WORKER_NAME, proc, timeout_s=300, what=f"the engine worker (log: {log_path})")
         yield WORKER_NAME
     finally:
         _stop(proc)
