@@ -8,7 +8,10 @@
 // growing delay, and tell the app ("retrying") so it can check the run's state. Events at or below the
 // last id seen are ignored, so a replay never duplicates text.
 
-const EVENTS = ["delta", "status", "reset", "done"];
+import { Connection, STREAM_ERROR_EVENT, StreamEvent } from "./constants.js";
+
+// The run's events other than `error`, which shares its name with EventSource's connection failure.
+const EVENTS = [StreamEvent.DELTA, StreamEvent.STATUS, StreamEvent.RESET, StreamEvent.DONE];
 
 export class RunStream {
   constructor({ url, lastEventId = 0, onEvent, onConnection }) {
@@ -43,29 +46,29 @@ export class RunStream {
     this.source = source;
     source.addEventListener("open", () => {
       this.retryDelayMs = 500;
-      this.onConnection("open");
+      this.onConnection(Connection.OPEN);
     });
     for (const name of EVENTS) source.addEventListener(name, (event) => this._handle(name, event));
     // "error" is both the server's `event: error` (a MessageEvent with data) and a connection failure.
-    source.addEventListener("error", (event) => {
+    source.addEventListener(StreamEvent.ERROR, (event) => {
       if (event.data !== undefined && event.data !== null && event.data !== "") {
-        this._handle("error", event);
+        this._handle(StreamEvent.ERROR, event);
         return;
       }
       if (this.closed || source !== this.source) return;
       if (source.readyState === EventSource.CLOSED) {
-        this.onConnection("retrying");
+        this.onConnection(Connection.RETRYING);
         source.close();
         clearTimeout(this.retryTimer);
         this.retryTimer = setTimeout(() => this._connect(), this.retryDelayMs);
         this.retryDelayMs = Math.min(this.retryDelayMs * 2, 10000);
       } else {
-        this.onConnection("reconnecting");
+        this.onConnection(Connection.RECONNECTING);
       }
     });
     // django-eventstream reports its own failures (bad channel, permissions) as `stream-error`.
     // The app falls back to polling the run when that happens.
-    source.addEventListener("stream-error", (event) => this._handle("stream-error", event, { unnumbered: true }));
+    source.addEventListener(STREAM_ERROR_EVENT, (event) => this._handle(STREAM_ERROR_EVENT, event, { unnumbered: true }));
   }
 
   _handle(name, event, { unnumbered = false } = {}) {
@@ -75,7 +78,7 @@ export class RunStream {
       // A `status` built from Postgres has no id of its own (the browser repeats the previous one): never
       // drop it. Any other event at or below the last id is a replay we already applied.
       if (id > this.lastEventId) this.lastEventId = id;
-      else if (name !== "status") return;
+      else if (name !== StreamEvent.STATUS) return;
     }
     let data = {};
     try {
