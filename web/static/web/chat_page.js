@@ -1,0 +1,185 @@
+// The open chat: opening one (history, then resuming its unfinished answer), sending a prompt, stopping
+// the answer, and which run the page follows. It coordinates the other parts; each keeps its own state.
+
+import { api } from "./api.js";
+import { isTerminal } from "./constants.js";
+import { RunView } from "./run_view.js";
+import { chatLabel } from "./sidebar.js";
+
+export class ChatPage {
+  /** The parts: `chatTitle` (the heading element), a MessageList, Sidebar, Composer, AlertBar,
+   * AccountBadge and the StatusLine. */
+  constructor({ chatTitle, messages, sidebar, composer, alerts, account, statusLine }) {
+    this.chatTitle = chatTitle;
+    this.messages = messages;
+    this.sidebar = sidebar;
+    this.composer = composer;
+    this.alerts = alerts;
+    this.account = account;
+    this.statusLine = statusLine;
+    this.run = null; // the RunView being followed (unfinished), or null
+    this.sending = false;
+  }
+
+  /** The open chat's id; null for a new chat not created yet. */
+  get chatId() {
+    return this.messages.chatId;
+  }
+
+  /** The sidebar's row of the open chat changed. */
+  showTitle(chat) {
+    this.chatTitle.textContent = chatLabel(chat);
+  }
+
+  async open(chatId, { push = false } = {}) {
+    if (push) window.history.pushState({ chatId }, "", chatId ? `/c/${chatId}` : "/");
+    this.detachRun();
+    this.alerts.clear();
+    this.statusLine.set("");
+    const token = this.messages.open(chatId);
+    this.chatTitle.textContent = chatId ? this.sidebar.titleOf(chatId) : "New chat";
+    document.title = "Chat";
+    this.sidebar.markCurrent();
+    this.composer.setRunning(false);
+    if (window.matchMedia("(max-width: 768px)").matches) this.sidebar.setOpen(false, { focus: false });
+    if (!chatId) {
+      this.composer.focus();
+      return;
+    }
+    let chat;
+    try {
+      chat = await api("GET", `/api/chats/${chatId}`);
+    } catch (error) {
+      if (!this.messages.isCurrent(token)) return;
+      if (error.status === 404) {
+        this.messages.forget();
+        this.chatTitle.textContent = "Chat not found";
+        this.alerts.error("This chat does not exist or was deleted.");
+      } else {
+        this.alerts.error(`Could not open the chat: ${error.message}`);
+      }
+      return;
+    }
+    if (!this.messages.isCurrent(token)) return;
+    this.sidebar.upsert(chat, { onlyIfKnown: true });
+    this.chatTitle.textContent = chatLabel(chat);
+    document.title = `${chatLabel(chat)} · Chat`;
+    const page = await this.messages.loadOlder();
+    if (!this.messages.isCurrent(token)) return;
+    this.messages.scrollToBottom();
+    const run = chat.active_run;
+    if (run && !isTerminal(run.status)) {
+      // If the answer landed between the two reads it is already in the history: nothing to resume.
+      const newest = page && page.results[0];
+      const answered = newest && newest.role === "assistant" && newest.id > run.user_message;
+      if (!answered) this.startRun(run);
+    }
+    this.messages.maybeLoadOlder();
+    if (!this.run) this.composer.focus();
+  }
+
+  async send() {
+    const content = this.composer.value;
+    if (!content.trim() || this.sending) return;
+    if (this.run) {
+      this.statusLine.set("An answer is still being written: wait for it or press Stop.");
+      return;
+    }
+    this.alerts.clear();
+    this.sending = true;
+    this.composer.setSending(true);
+    this.statusLine.set("Sending…");
+    try {
+      let chatId = this.chatId;
+      if (!chatId) {
+        const chat = await api("POST", "/api/chats", { title: "" });
+        chatId = chat.id;
+        this.messages.adopt(chatId);
+        window.history.pushState({ chatId }, "", `/c/${chatId}`);
+        this.sidebar.upsert(chat, { toTop: true });
+        this.sidebar.markCurrent();
+      }
+      const accepted = await api("POST", `/api/chats/${chatId}/messages`, { content });
+      if (this.chatId !== chatId) return;
+      this.composer.clear();
+      this.messages.append(accepted.message);
+      this.startRun({ ...accepted.run, stream_url: accepted.stream_url || accepted.run.stream_url });
+      this.sidebar.refresh(chatId);
+      this.account.refresh();
+    } catch (error) {
+      if (error.status === 429) {
+        this.alerts.busy(error, () => this.send());
+        this.account.refresh();
+      } else if (error.status === 409 && this.chatId) {
+        this.alerts.error(error.message);
+        const chat = await api("GET", `/api/chats/${this.chatId}`).catch(() => null);
+        if (chat && chat.active_run && !this.run) this.startRun(chat.active_run);
+      } else {
+        this.alerts.error(error.message);
+      }
+    } finally {
+      this.sending = false;
+      this.composer.setSending(false);
+      if (this.statusLine.text === "Sending…") this.statusLine.set("");
+    }
+  }
+
+  async stop() {
+    const view = this.run;
+    if (!view || view.finished) return;
+    this.composer.setStopping(true);
+    try {
+      await view.cancel();
+    } catch (error) {
+      this.alerts.error(`Could not stop the answer: ${error.message}`);
+      this.composer.setStopping(false);
+    }
+  }
+
+  /** Follows `run` (the API's run) in a new assistant bubble at the end of the conversation. */
+  startRun(run) {
+    this.detachRun();
+    const bubble = this.messages.append({ role: "assistant", content: "" });
+    const view = new RunView(run, {
+      bubble,
+      messages: this.messages,
+      statusLine: this.statusLine,
+      onFinished: (finished, outcome) => this.#runFinished(finished, outcome),
+    });
+    this.run = view;
+    this.messages.scrollToBottom();
+    this.composer.setRunning(true);
+    view.start();
+  }
+
+  /** Stops following the run (another chat opened); it goes on and can be resumed later. */
+  detachRun({ keepProgress = true } = {}) {
+    const view = this.run;
+    if (!view) return;
+    view.detach({ keepProgress });
+    this.run = null;
+  }
+
+  /** The browser is back online: reopen the run's stream. */
+  reconnect() {
+    if (this.run && !this.run.finished) this.run.reconnect();
+  }
+
+  /** The sidebar deleted a chat (the server cancelled its run with it). */
+  chatDeleted(chatId) {
+    if (this.run && this.run.chatId === chatId) this.detachRun({ keepProgress: false });
+    if (this.chatId === chatId) this.open(null, { push: true });
+  }
+
+  #runFinished(view, { announcement, error }) {
+    if (this.run === view) {
+      this.run = null;
+      this.composer.setRunning(false);
+      this.statusLine.set(announcement);
+    }
+    if (error) this.alerts.error(error);
+    if (this.messages.nearBottom()) this.messages.scrollToBottom();
+    this.account.refresh();
+    this.sidebar.refresh(view.chatId);
+  }
+}

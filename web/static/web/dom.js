@@ -1,0 +1,65 @@
+// The chat page's elements (chat.html) and the small DOM helpers the other modules share.
+
+const $ = (id) => document.getElementById(id);
+
+/** Every element of the chat page the script uses, by role. */
+export function findElements() {
+  return {
+    sidebar: $("sidebar"),
+    sidebarToggle: $("sidebar-toggle"),
+    sidebarBackdrop: $("sidebar-backdrop"),
+    newChat: $("new-chat"),
+    chatList: $("chat-list"),
+    chatListScroll: $("chat-list-scroll"),
+    chatListSentinel: $("chat-list-sentinel"),
+    chatListStatus: $("chat-list-status"),
+    chatTitle: $("chat-title"),
+    messages: $("messages"),
+    messagesSentinel: $("messages-sentinel"),
+    messagesStatus: $("messages-status"),
+    messageList: $("message-list"),
+    emptyState: $("empty-state"),
+    runStatus: $("run-status"),
+    alert: $("alert"),
+    alertText: $("alert-text"),
+    alertRetry: $("alert-retry"),
+    alertClose: $("alert-close"),
+    composer: $("composer"),
+    prompt: $("prompt"),
+    send: $("send"),
+    stop: $("stop"),
+    accountTier: $("account-tier"),
+    accountBudget: $("account-budget"),
+    deleteDialog: $("delete-dialog"),
+    deleteDialogText: $("delete-dialog-text"),
+  };
+}
+
+export function formatSeconds(total) {
+  const s = Math.max(0, Math.round(total));
+  if (s < 60) return `${s} s`;
+  const m = Math.floor(s / 60);
+  return s % 60 ? `${m} min ${s % 60} s` : `${m} min`;
+}
+
+/** Whether `element` is on screen in its scrolling `container`, or within 200 px of it. */
+export function isVisibleIn(element, container) {
+  const a = element.getBoundingClientRect();
+  const b = container.getBoundingClientRect();
+  return a.bottom >= b.top - 200 && a.top <= b.bottom + 200;
+}
+
+/** The polite live region under the conversation (#run-status): one line about the answer being written. */
+export class StatusLine {
+  constructor(element) {
+    this.element = element;
+  }
+
+  get text() {
+    return this.element.textContent;
+  }
+
+  set(text) {
+    if (this.element.textContent !== text) this.element.textContent = text;
+  }
+}

@@ -1,0 +1,149 @@
+// The conversation pane: which chat it shows, that chat's history (paged backwards by cursor as the
+// reader scrolls up), the message bubbles, and keeping the view pinned to the bottom.
+
+import { api } from "./api.js";
+import { isVisibleIn } from "./dom.js";
+import { renderMarkdown } from "./markdown.js";
+
+const MESSAGE_PAGE = 30;
+
+/** One message bubble: role, body (Markdown for the assistant, plain text otherwise) and a meta line. */
+export function buildMessage(message) {
+  const li = document.createElement("li");
+  li.className = `message message-${message.role}`;
+  li.dataset.role = message.role;
+  if (message.id) li.dataset.messageId = String(message.id);
+  const who = document.createElement("div");
+  who.className = "message-role";
+  who.textContent = message.role === "user" ? "You" : message.role === "assistant" ? "Assistant" : "System";
+  const body = document.createElement("div");
+  body.className = "message-body";
+  if (message.role === "assistant") {
+    body.classList.add("markdown");
+    renderMarkdown(body, message.content || "");
+  } else {
+    body.textContent = message.content || "";
+  }
+  const meta = document.createElement("div");
+  meta.className = "message-meta";
+  li.append(who, body, meta);
+  return li;
+}
+
+export class MessageList {
+  constructor({ messages, messagesSentinel, messagesStatus, messageList, emptyState }) {
+    this.box = messages; // the scrolling container
+    this.sentinel = messagesSentinel;
+    this.status = messagesStatus;
+    this.list = messageList;
+    this.emptyState = emptyState;
+    this.chatId = null; // the chat shown; null for a new chat not created yet
+    this.cursor = null;
+    this.done = true;
+    this.loading = false;
+    this.token = 0; // bumped by open(): answers for a chat no longer shown are dropped
+  }
+
+  /** Loads older messages whenever the top of the history scrolls into view. */
+  observe() {
+    new IntersectionObserver((entries) => {
+      if (entries.some((entry) => entry.isIntersecting) && this.chatId && this.list.childElementCount) {
+        this.maybeLoadOlder();
+      }
+    }, { root: this.box, rootMargin: "200px" }).observe(this.sentinel);
+  }
+
+  /** Empties the pane for `chatId` (null: a new chat). Returns a token for `isCurrent`. */
+  open(chatId) {
+    const token = ++this.token;
+    this.chatId = chatId;
+    this.cursor = null;
+    this.done = !chatId;
+    this.loading = false;
+    this.list.replaceChildren();
+    this.status.textContent = "";
+    this.updateEmptyState();
+    return token;
+  }
+
+  /** Whether the pane still shows what `open()` returned `token` for. */
+  isCurrent(token) {
+    return token === this.token;
+  }
+
+  /** The first prompt of a new chat created it: the pane now belongs to it (it has no older history). */
+  adopt(chatId) {
+    this.chatId = chatId;
+    this.done = true;
+  }
+
+  /** The chat shown does not exist: a prompt now starts a new one. */
+  forget() {
+    this.chatId = null;
+  }
+
+  nearBottom() {
+    const box = this.box;
+    return box.scrollHeight - box.scrollTop - box.clientHeight < 80;
+  }
+
+  scrollToBottom() {
+    this.box.scrollTop = this.box.scrollHeight;
+  }
+
+  updateEmptyState() {
+    this.emptyState.hidden = this.list.childElementCount > 0 || this.loading;
+  }
+
+  /** Appends a bubble (staying at the bottom if the reader was there, or for their own prompt). */
+  append(message) {
+    const stick = this.nearBottom();
+    const li = buildMessage(message);
+    this.list.append(li);
+    this.updateEmptyState();
+    if (stick || message.role === "user") this.scrollToBottom();
+    return li;
+  }
+
+  /** Loads the next page of older messages; resolves to the page, or null (nothing to load, an error, or
+   * another chat opened meanwhile). */
+  async loadOlder() {
+    if (this.loading || this.done || !this.chatId) return null;
+    const { chatId, token } = this;
+    this.loading = true;
+    this.status.textContent = this.list.childElementCount ? "Loading earlier messages…" : "Loading…";
+    let page;
+    const query = new URLSearchParams({ limit: String(MESSAGE_PAGE) });
+    if (this.cursor) query.set("cursor", this.cursor);
+    try {
+      page = await api("GET", `/api/chats/${chatId}/messages?${query}`);
+    } catch (error) {
+      if (token === this.token) this.status.textContent = `Could not load messages: ${error.message}`;
+      this.loading = false;
+      return null;
+    }
+    this.loading = false;
+    if (token !== this.token) return null;
+    // Prepend older messages without moving what the reader is looking at.
+    const box = this.box;
+    const fromBottom = box.scrollHeight - box.scrollTop;
+    const nodes = page.results.slice().reverse().map(buildMessage);
+    this.list.prepend(...nodes);
+    box.scrollTop = box.scrollHeight - fromBottom;
+    this.cursor = page.next_cursor;
+    this.done = !page.next_cursor;
+    const pagedBack = Boolean(query.get("cursor"));
+    this.status.textContent = this.done && pagedBack ? "Start of the conversation" : "";
+    this.updateEmptyState();
+    return page;
+  }
+
+  /** Keeps loading older pages while the top of the history is on screen. */
+  maybeLoadOlder() {
+    if (!this.done && !this.loading && isVisibleIn(this.sentinel, this.box)) {
+      this.loadOlder().then((page) => {
+        if (page) this.maybeLoadOlder();
+      });
+    }
+  }
+}
