@@ -1,7 +1,7 @@
 """The dispatcher loop: moves queued runs to the workers in policy order while the engines have room.
 
 One tick: take (or keep) the leader lock, read the engine load once, then repeatedly read the queue heads,
-let the policy choose, claim the chosen run atomically in Redis and hand it to ``send``. The claim is the
+let the policy choose, claim the chosen run atomically in the store and hand it to ``send``. The claim is the
 guard against double dispatch (a second dispatcher, a lost lock, a concurrent cancel); the lock only keeps
 the policy's counters consistent. Queue positions and estimated waits are refreshed every few seconds.
 The Django command ``run_dispatcher`` supplies ``stats`` (worker heartbeats), ``send`` (Celery) and
@@ -21,7 +21,7 @@ import redis
 
 from scheduling.gate import EngineLoad, EngineSample, GatePolicy, aggregate, engine_load
 from scheduling.policy import FairPolicy, QueuedRun, forecast_order
-from scheduling.store import Position, SchedulerStore
+from scheduling.store import Position, QueueStore
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class Dispatcher:
     def __init__(
         self,
         *,
-        store: SchedulerStore,
+        store: QueueStore,
         policy: FairPolicy,
         gate: GatePolicy,
         settings: DispatcherSettings,

@@ -1,36 +1,34 @@
-"""The scheduler's queues in Redis: web processes push, dispatchers claim, cancels remove.
+"""The scheduler's queue store: the contract between the web processes, the dispatcher and the queue state.
 
-Keys (all under ``sched:``):
+Web processes ``push`` admitted runs and ``remove`` them when they are cancelled or end; the dispatcher reads
+the backlog (``heads``, ``all_queued``), claims the run the policy chose (``claim``) and counts the runs in flight.
+``QueueStore`` lists those operations; two implementations keep the same semantics:
 
-* ``sched:q:{tier}:{user}``: list of the user's queued run ids in that tier, oldest first.
-* ``sched:users:{tier}``: set of users with a non-empty list in the tier (the backlog).
-* ``sched:run:{run}``: hash with the queued run's user, tier, cost, weight and enqueue time.
-* ``sched:queued:{tier}``: sorted set of the tier's queued run ids (score: enqueue time); its size is
-  the tier's queue depth, which admission bounds.
-* ``sched:inflight``: sorted set of dispatched runs that have not ended (score: dispatch time); entries
-  older than the in-flight TTL are reclaimed, so a lost "run ended" never blocks the fallback cap forever.
-* ``sched:inflight:users``: hash run id -> user of the runs in flight (the gate's headroom rule needs it).
-* ``sched:positions``: hash run id -> JSON ``{queue_position, estimated_wait_s}``, written by the dispatcher.
-* ``sched:policy``: the policy's counters (JSON), written by the dispatcher that holds ``sched:leader``.
-* ``sched:refunds``: hash ``{tier}:{user}`` -> counter units to give back (runs that ended using fewer tokens
-  than charged); the leading dispatcher folds them into the policy's counters.
-* ``sched:rate``: recent dispatches per second (admission derives a queue-full ``Retry-After`` from it).
-* ``sched:wake``: a list of at most one element, pushed when a run is queued or leaves the in-flight set;
-  an idle dispatcher blocks on it (``BLPOP``, up to one tick) so a new prompt is dispatched at once.
+* ``scheduling.redis_store.RedisQueueStore``: the shared state of a deployment (every mutation one Lua script).
+* ``scheduling.memory_store.MemoryQueueStore``: one process's memory (tests, the virtual-time benchmark), so the
+  real ``Dispatcher`` runs without Redis.
 
-Every mutation is one Lua script, so a claim and a cancel (or two dispatchers) cannot both take a run.
+What both guarantee:
+
+* ``push`` is idempotent (a run already queued is not queued twice) and takes a run out of the in-flight set
+  (a run sent back to its queue is queued, not in flight).
+* ``claim`` succeeds only for the head of the run's user queue in its tier, and for exactly one caller: a second
+  dispatcher, or a cancel that got there first, sees False.
+* ``remove`` returns 1 when the run was queued (it leaves the queue), 2 when it was in flight (its slot frees
+  up), 0 when it was in neither.
+* ``in_flight`` reclaims runs dispatched more than ``ttl_s`` ago (a lost "run ended" must not hold a slot
+  forever) and counts as ``recent`` those dispatched at or after ``since``.
+* Refunds accumulate per ``(tier, user)`` until the dispatcher takes them; the policy state is an opaque JSON-able
+  dict; leadership is a lock with a time to live held by one token at a time.
+
+The Redis key names stay here, not in ``redis_store``: ``scheduling.admission``'s Lua script reads the queue depth
+(``queued_key``) and the dispatch rate (``RATE_KEY``) in the same round trip as the bucket.
 """
 
 from __future__ import annotations
 
-import json
-import time
-import uuid
-from collections import Counter
 from dataclasses import dataclass
-from typing import Any
-
-import redis
+from typing import Any, Protocol
 
 from scheduling.policy import MemoryQueues, QueuedRun
 
@@ -61,69 +59,6 @@ def queued_key(tier: str) -> str:
     return f"{PREFIX}queued:{tier}"
 
 
-_PUSH = """
--- KEYS: user queue, backlog set, run meta, tier queued zset, inflight zset, inflight users hash, wake list
--- ARGV: run_id, user_id, tier, cost, weight, now
-if redis.call('ZSCORE', KEYS[4], ARGV[1]) then return 0 end
-redis.call('RPUSH', KEYS[1], ARGV[1])
-redis.call('SADD', KEYS[2], ARGV[2])
-redis.call('HSET', KEYS[3], 'user', ARGV[2], 'tier', ARGV[3], 'cost', ARGV[4], 'weight', ARGV[5], 'enq', ARGV[6])
-redis.call('ZADD', KEYS[4], ARGV[6], ARGV[1])
-redis.call('ZREM', KEYS[5], ARGV[1])
-redis.call('HDEL', KEYS[6], ARGV[1])
-redis.call('LPUSH', KEYS[7], 1)
-redis.call('LTRIM', KEYS[7], 0, 0)
-return 1
-"""
-
-_CLAIM = """
--- KEYS: user queue, backlog set, run meta, tier queued zset, inflight zset, positions hash, inflight users
--- ARGV: run_id, user_id, now
-if redis.call('LINDEX', KEYS[1], 0) ~= ARGV[1] then return 0 end
-redis.call('LPOP', KEYS[1])
-if redis.call('LLEN', KEYS[1]) == 0 then redis.call('SREM', KEYS[2], ARGV[2]) end
-redis.call('DEL', KEYS[3])
-redis.call('ZREM', KEYS[4], ARGV[1])
-redis.call('ZADD', KEYS[5], ARGV[3], ARGV[1])
-redis.call('HDEL', KEYS[6], ARGV[1])
-redis.call('HSET', KEYS[7], ARGV[1], ARGV[2])
-return 1
-"""
-
-_REMOVE = """
--- KEYS: run meta, inflight zset, positions hash, inflight users, wake list; ARGV: run_id, prefix
--- Returns 1 if the run was queued (it leaves the queue now), 2 if it was in flight, 0 otherwise.
-local removed = 0
-local meta = redis.call('HMGET', KEYS[1], 'user', 'tier')
-if meta[1] then
-  local q = ARGV[2] .. 'q:' .. meta[2] .. ':' .. meta[1]
-  redis.call('LREM', q, 0, ARGV[1])
-  if redis.call('LLEN', q) == 0 then redis.call('SREM', ARGV[2] .. 'users:' .. meta[2], meta[1]) end
-  redis.call('ZREM', ARGV[2] .. 'queued:' .. meta[2], ARGV[1])
-  redis.call('DEL', KEYS[1])
-  removed = 1
-end
-if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 and removed == 0 then
-  removed = 2
-  redis.call('LPUSH', KEYS[5], 1)  -- a slot freed up: queued runs may fit now
-  redis.call('LTRIM', KEYS[5], 0, 0)
-end
-redis.call('HDEL', KEYS[3], ARGV[1])
-redis.call('HDEL', KEYS[4], ARGV[1])
-return removed
-"""
-
-_RELEASE_LOCK = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
-
-_RENEW_LOCK = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return 0
-"""
-
-
 @dataclass(frozen=True)
 class InFlight:
     total: int
@@ -138,210 +73,90 @@ class Position:
     estimated_wait_s: float | None
 
 
-class SchedulerStore:
-    """The queue state in one Redis database. Thread-safe as far as redis-py's client is."""
+class QueueStore(Protocol):
+    """The queue operations the dispatcher and the web side use (see the module docstring for the semantics)."""
 
-    def __init__(self, client: redis.Redis, *, tiers: list[str]) -> None:
-        self.client = client
-        self.tiers = tiers
-        self._push = client.register_script(_PUSH)
-        self._claim = client.register_script(_CLAIM)
-        self._remove = client.register_script(_REMOVE)
-        self._release_lock = client.register_script(_RELEASE_LOCK)
-        self._renew_lock = client.register_script(_RENEW_LOCK)
+    @property
+    def tiers(self) -> list[str]:
+        """The tier names whose queues ``heads`` and ``all_queued`` read (callers pass them in priority order)."""
+        ...
 
     # -- web side ----------------------------------------------------------------------------------
 
     def push(self, run: QueuedRun) -> bool:
         """Queues ``run`` behind its user's other runs in its tier; False if it is already queued."""
-        keys = [
-            user_queue_key(run.tier, run.user_id),
-            backlog_key(run.tier),
-            run_meta_key(run.run_id),
-            queued_key(run.tier),
-            INFLIGHT_KEY,
-            INFLIGHT_USERS_KEY,
-            WAKE_KEY,
-        ]
-        args: list[str | int | float] = [
-            run.run_id,
-            run.user_id,
-            run.tier,
-            run.cost,
-            run.weight,
-            run.enqueued_at or time.time(),
-        ]
-        return bool(self._push(keys=keys, args=args))
+        ...
 
     def remove(self, run_id: int) -> int:
         """Takes the run out of the queue (1) or out of the in-flight set (2); 0 when it was in neither."""
-        keys = [run_meta_key(run_id), INFLIGHT_KEY, POSITIONS_KEY, INFLIGHT_USERS_KEY, WAKE_KEY]
-        return int(self._remove(keys=keys, args=[run_id, PREFIX]))
-
-    def wait_for_work(self, timeout_s: float) -> bool:
-        """Blocks until a run is queued or leaves the in-flight set (True), or ``timeout_s`` passes (False)."""
-        return self.client.blpop([WAKE_KEY], timeout=max(timeout_s, 0.001)) is not None
+        ...
 
     def is_queued_or_in_flight(self, run_id: int, tier: str) -> bool:
-        """Read in this order so a concurrent claim (queued -> in flight) cannot make a run look absent."""
-        if self.client.zscore(queued_key(tier), str(run_id)) is not None:
-            return True
-        return self.client.zscore(INFLIGHT_KEY, str(run_id)) is not None
+        """Whether the store knows the run at all (a run it does not know lost its push and is queued again)."""
+        ...
 
     def queue_depth(self, tier: str) -> int:
-        return int(self.client.zcard(queued_key(tier)))
+        """The number of runs queued in ``tier`` (admission bounds it)."""
+        ...
 
     def position(self, run_id: int) -> Position | None:
-        raw = self.client.hget(POSITIONS_KEY, str(run_id))
-        if not raw:
-            return None
-        data = json.loads(raw)
-        return Position(queue_position=int(data["queue_position"]), estimated_wait_s=data["estimated_wait_s"])
+        """The queued run's last forecast position and wait; None when it has none (dispatched, or not yet)."""
+        ...
+
+    def add_refund(self, *, tier: str, user_id: int, amount: float) -> None:
+        """Credits ``amount`` counter units back to the user (a dispatched run ended using fewer tokens)."""
+        ...
 
     # -- dispatcher side ---------------------------------------------------------------------------
 
-    def _backlogged(self) -> list[tuple[str, int]]:
-        """``(tier, user)`` of every user with queued runs, tier by tier."""
-        pipe = self.client.pipeline(transaction=False)
-        for tier in self.tiers:
-            pipe.smembers(backlog_key(tier))
-        members: list[set[str]] = pipe.execute()
-        return [(tier, int(u)) for tier, users in zip(self.tiers, members, strict=True) for u in users]
+    def wait_for_work(self, timeout_s: float) -> bool:
+        """Waits until a run is queued or leaves the in-flight set (True), or at most ``timeout_s`` (False)."""
+        ...
 
     def heads(self) -> dict[str, dict[int, QueuedRun]]:
         """Each backlogged user's first run per tier (read without a lock: ``claim`` re-checks)."""
-        pairs = self._backlogged()
-        pipe = self.client.pipeline(transaction=False)
-        for tier, user in pairs:
-            pipe.lindex(user_queue_key(tier, user), 0)
-        run_ids = pipe.execute()
-        return self._with_meta([(tier, user, rid) for (tier, user), rid in zip(pairs, run_ids, strict=True) if rid])
+        ...
 
     def all_queued(self) -> MemoryQueues:
         """Every queued run, per tier and user, in queue order (for the position forecast)."""
-        pairs = self._backlogged()
-        pipe = self.client.pipeline(transaction=False)
-        for tier, user in pairs:
-            pipe.lrange(user_queue_key(tier, user), 0, -1)
-        lists = pipe.execute()
-        triples = [(tier, user, rid) for (tier, user), ids in zip(pairs, lists, strict=True) for rid in ids]
-        queues = MemoryQueues()
-        for users in self._with_meta_list(triples):
-            queues.push(users)
-        return queues
+        ...
 
     def claim(self, run: QueuedRun, *, now: float | None = None) -> bool:
-        """Atomically takes ``run`` off the head of its user's queue and marks it in flight.
-
-        True for exactly one caller: a second dispatcher, or a cancel that got there first, sees False.
-        """
-        keys = [
-            user_queue_key(run.tier, run.user_id),
-            backlog_key(run.tier),
-            run_meta_key(run.run_id),
-            queued_key(run.tier),
-            INFLIGHT_KEY,
-            POSITIONS_KEY,
-            INFLIGHT_USERS_KEY,
-        ]
-        return bool(self._claim(keys=keys, args=[run.run_id, run.user_id, now if now is not None else time.time()]))
+        """Atomically takes ``run`` off the head of its user's queue and marks it in flight since ``now``."""
+        ...
 
     def in_flight(self, *, now: float, ttl_s: float, since: float | None = None) -> InFlight:
-        """The runs in flight (dispatched, not ended); reclaims entries older than ``ttl_s``.
-
-        ``recent`` counts those dispatched at or after ``since`` (not yet visible in the engine statistics).
-        """
-        pipe = self.client.pipeline(transaction=False)
-        pipe.zremrangebyscore(INFLIGHT_KEY, "-inf", f"({now - ttl_s}")
-        pipe.zcount(INFLIGHT_KEY, since if since is not None else "+inf", "+inf")
-        pipe.zrange(INFLIGHT_KEY, 0, -1)
-        pipe.hgetall(INFLIGHT_USERS_KEY)
-        _, recent, members, users = pipe.execute()
-        live = set(members)
-        stale = [rid for rid in users if rid not in live]
-        if stale:
-            self.client.hdel(INFLIGHT_USERS_KEY, *stale)
-        per_user = Counter(int(u) for rid, u in users.items() if rid in live)
-        return InFlight(total=len(live), recent=int(recent), per_user=dict(per_user))
+        """The runs in flight (``recent``: dispatched at or after ``since``); reclaims those older than ``ttl_s``."""
+        ...
 
     def write_positions(self, positions: dict[int, Position]) -> None:
-        pipe = self.client.pipeline(transaction=True)
-        pipe.delete(POSITIONS_KEY)
-        if positions:
-            pipe.hset(
-                POSITIONS_KEY,
-                mapping={
-                    str(rid): json.dumps({"queue_position": p.queue_position, "estimated_wait_s": p.estimated_wait_s})
-                    for rid, p in positions.items()
-                },
-            )
-        pipe.execute()
-
-    def add_refund(self, *, tier: str, user_id: int, amount: float) -> None:
-        if amount > 0:
-            self.client.hincrbyfloat(REFUNDS_KEY, f"{tier}:{user_id}", amount)
+        """Replaces every queued run's position with ``positions``."""
+        ...
 
     def take_refunds(self) -> list[tuple[str, int, float]]:
-        """Reads and clears the pending refunds in one transaction."""
-        pipe = self.client.pipeline(transaction=True)
-        pipe.hgetall(REFUNDS_KEY)
-        pipe.delete(REFUNDS_KEY)
-        raw, _ = pipe.execute()
-        out = []
-        for field, value in raw.items():
-            tier, user = str(field).rsplit(":", 1)
-            out.append((tier, int(user), float(value)))
-        return out
+        """Reads and clears the pending refunds as ``(tier, user, amount)``, atomically."""
+        ...
 
     def write_rate(self, per_s: float, *, ttl_s: int = 120) -> None:
-        self.client.set(RATE_KEY, f"{per_s:.6f}", ex=ttl_s)
+        """Publishes the recent dispatch rate for ``ttl_s`` seconds (admission's ``Retry-After`` uses it)."""
+        ...
 
     def load_policy(self) -> dict[str, Any]:
-        raw = self.client.get(POLICY_KEY)
-        return json.loads(raw) if raw else {}
+        """The policy state the leader saved last ({} when none); the caller must not change it."""
+        ...
 
     def save_policy(self, state: dict[str, Any]) -> None:
-        self.client.set(POLICY_KEY, json.dumps(state))
-
-    # -- leadership --------------------------------------------------------------------------------
+        """Saves the policy state (a JSON-able dict, not changed afterwards) for the next tick or the next leader."""
+        ...
 
     def new_lock_token(self) -> str:
-        return uuid.uuid4().hex
+        """A token that identifies one dispatcher to the leader lock."""
+        ...
 
     def acquire_or_renew_leadership(self, token: str, *, ttl_ms: int) -> bool:
-        """One dispatcher decides at a time (the claim script is the last guard against double dispatch)."""
-        if self._renew_lock(keys=[LEADER_KEY], args=[token, ttl_ms]):
-            return True
-        return bool(self.client.set(LEADER_KEY, token, nx=True, px=ttl_ms))
+        """Takes the leader lock for ``ttl_ms``, or renews it if ``token`` holds it; False if another holds it."""
+        ...
 
     def release_leadership(self, token: str) -> None:
-        self._release_lock(keys=[LEADER_KEY], args=[token])
-
-    # -- helpers -----------------------------------------------------------------------------------
-
-    def _with_meta(self, triples: list[tuple[str, int, str]]) -> dict[str, dict[int, QueuedRun]]:
-        heads: dict[str, dict[int, QueuedRun]] = {}
-        for run in self._with_meta_list(triples):
-            heads.setdefault(run.tier, {})[run.user_id] = run
-        return heads
-
-    def _with_meta_list(self, triples: list[tuple[str, int, str]]) -> list[QueuedRun]:
-        pipe = self.client.pipeline(transaction=False)
-        for _, _, rid in triples:
-            pipe.hgetall(run_meta_key(int(rid)))
-        metas = pipe.execute()
-        runs = []
-        for (tier, user, rid), meta in zip(triples, metas, strict=True):
-            if not meta:
-                continue  # claimed or removed since the list was read
-            runs.append(
-                QueuedRun(
-                    run_id=int(rid),
-                    user_id=user,
-                    tier=tier,
-                    cost=int(meta["cost"]),
-                    weight=float(meta.get("weight", 1.0)),
-                    enqueued_at=float(meta.get("enq", 0.0)),
-                )
-            )
-        return runs
+        """Gives the leader lock up if ``token`` holds it."""
+        ...

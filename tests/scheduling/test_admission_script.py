@@ -13,7 +13,7 @@ from django.conf import settings
 
 from scheduling.admission import Admission, AdmissionTimeouts, Limits, RefusalReason, run_member
 from scheduling.policy import QueuedRun
-from scheduling.store import SchedulerStore
+from scheduling.redis_store import RedisQueueStore
 
 LIMITS = Limits(bucket_capacity_tokens=1000, bucket_refill_per_s=10.0, max_concurrent_runs=3, queue_depth_limit=100)
 TIMEOUTS = AdmissionTimeouts(pending_ttl_s=60, run_ttl_s=3600, queue_retry_after_s=7)
@@ -83,7 +83,7 @@ def test_queue_depth_bound_counts_queued_runs_and_pending_admissions(
     admission: Admission, clean_redis: redis.Redis
 ) -> None:
     limits = Limits(bucket_capacity_tokens=10_000, bucket_refill_per_s=1, max_concurrent_runs=100, queue_depth_limit=3)
-    store = SchedulerStore(clean_redis, tiers=["free"])
+    store = RedisQueueStore(clean_redis, tiers=["free"])
     store.push(QueuedRun(run_id=1, user_id=7, tier="free", cost=10))
     store.push(QueuedRun(run_id=2, user_id=8, tier="free", cost=10))
     assert admission.admit(user_id=1, tier="free", cost=10, limits=limits, now=1000.0).admitted  # pending: depth 3

@@ -11,7 +11,8 @@ import redis
 from scheduling.dispatcher import Dispatcher, DispatcherSettings
 from scheduling.gate import EngineSample, GatePolicy, TierGate
 from scheduling.policy import FairPolicy, QueuedRun, TierSpec
-from scheduling.store import InFlight, Position, SchedulerStore
+from scheduling.redis_store import RedisQueueStore
+from scheduling.store import InFlight, Position
 
 TIERS = ["pro", "plus", "free", "batch"]
 SPECS = [
@@ -44,12 +45,12 @@ class FakeClock:
 
 
 @pytest.fixture
-def store(clean_redis: redis.Redis) -> SchedulerStore:
-    return SchedulerStore(clean_redis, tiers=TIERS)
+def store(clean_redis: redis.Redis) -> RedisQueueStore:
+    return RedisQueueStore(clean_redis, tiers=TIERS)
 
 
 def make_dispatcher(
-    store: SchedulerStore, samples: list[EngineSample], sent: list[QueuedRun], clock: FakeClock, **kwargs
+    store: RedisQueueStore, samples: list[EngineSample], sent: list[QueuedRun], clock: FakeClock, **kwargs
 ) -> Dispatcher:
     return Dispatcher(
         store=store,
@@ -67,7 +68,7 @@ def q(run_id: int, user: int, tier: str = "free", cost: int = 100) -> QueuedRun:
     return QueuedRun(run_id=run_id, user_id=user, tier=tier, cost=cost, enqueued_at=float(run_id))
 
 
-def test_push_claim_remove(store: SchedulerStore) -> None:
+def test_push_claim_remove(store: RedisQueueStore) -> None:
     assert store.push(q(1, 10)) and not store.push(q(1, 10))  # idempotent
     store.push(q(2, 10))
     store.push(q(3, 11, tier="pro"))
@@ -86,7 +87,7 @@ def test_push_claim_remove(store: SchedulerStore) -> None:
     assert store.remove(1) == 2 and store.remove(1) == 0  # the in-flight one ended
 
 
-def test_dispatch_follows_the_policy_and_marks_runs_in_flight(store: SchedulerStore) -> None:
+def test_dispatch_follows_the_policy_and_marks_runs_in_flight(store: RedisQueueStore) -> None:
     clock, sent = FakeClock(), list[QueuedRun]()
     for i in range(4):
         store.push(q(100 + i, 1))
@@ -101,7 +102,7 @@ def test_dispatch_follows_the_policy_and_marks_runs_in_flight(store: SchedulerSt
     )
 
 
-def test_dispatch_is_gated_on_engine_statistics(store: SchedulerStore) -> None:
+def test_dispatch_is_gated_on_engine_statistics(store: RedisQueueStore) -> None:
     clock, sent = FakeClock(), list[QueuedRun]()
     for i in range(10):
         store.push(q(i + 1, 1))
@@ -115,7 +116,7 @@ def test_dispatch_is_gated_on_engine_statistics(store: SchedulerStore) -> None:
     assert d.tick() == []  # too slow per output token for the free tier
 
 
-def test_a_heartbeat_repeating_old_engine_figures_does_not_reopen_the_gate(store: SchedulerStore) -> None:
+def test_a_heartbeat_repeating_old_engine_figures_does_not_reopen_the_gate(store: RedisQueueStore) -> None:
     """During a long engine step (a burst of prefills on a CPU) the worker keeps writing heartbeats with the
     figures of the last step; runs sent since those figures were measured still count as load."""
     clock, sent = FakeClock(), list[QueuedRun]()
@@ -133,7 +134,7 @@ def test_a_heartbeat_repeating_old_engine_figures_does_not_reopen_the_gate(store
     assert len(d.tick()) == 3
 
 
-def test_stale_statistics_fall_back_to_the_in_flight_cap(store: SchedulerStore) -> None:
+def test_stale_statistics_fall_back_to_the_in_flight_cap(store: RedisQueueStore) -> None:
     clock, sent = FakeClock(), list[QueuedRun]()
     for i in range(10):
         store.push(q(i + 1, 1))
@@ -151,7 +152,7 @@ def test_stale_statistics_fall_back_to_the_in_flight_cap(store: SchedulerStore) 
     assert d2.tick() == [] and d2.last_load is not None and not d2.last_load.fresh
 
 
-def test_batch_is_dispatched_only_when_the_engines_are_idle(store: SchedulerStore) -> None:
+def test_batch_is_dispatched_only_when_the_engines_are_idle(store: RedisQueueStore) -> None:
     clock, sent = FakeClock(), list[QueuedRun]()
     for i in range(6):
         store.push(q(i + 1, 1, tier="batch"))
@@ -162,7 +163,7 @@ def test_batch_is_dispatched_only_when_the_engines_are_idle(store: SchedulerStor
     assert len(d.tick()) == 3  # up to half the slots busy
 
 
-def test_runs_cancelled_while_queued_are_never_dispatched(store: SchedulerStore) -> None:
+def test_runs_cancelled_while_queued_are_never_dispatched(store: RedisQueueStore) -> None:
     clock, sent = FakeClock(), list[QueuedRun]()
     for i in range(4):
         store.push(q(i + 1, 1))
@@ -172,7 +173,7 @@ def test_runs_cancelled_while_queued_are_never_dispatched(store: SchedulerStore)
     assert [r.run_id for r in sent] == [1, 3, 4]
 
 
-def test_send_failure_puts_the_run_back(store: SchedulerStore) -> None:
+def test_send_failure_puts_the_run_back(store: RedisQueueStore) -> None:
     clock = FakeClock()
     store.push(q(1, 1))
 
@@ -186,7 +187,7 @@ def test_send_failure_puts_the_run_back(store: SchedulerStore) -> None:
     assert store.queue_depth("free") == 1 and store.in_flight(now=clock.now, ttl_s=3600).total == 0
 
 
-def test_queue_positions_and_estimated_wait(store: SchedulerStore) -> None:
+def test_queue_positions_and_estimated_wait(store: RedisQueueStore) -> None:
     clock, sent, reported = FakeClock(), list[QueuedRun](), list[dict[int, Position]]()
     for i in range(3):
         store.push(q(i + 1, 1))
@@ -208,7 +209,7 @@ def test_queue_positions_and_estimated_wait(store: SchedulerStore) -> None:
 
 
 @pytest.mark.parametrize("use_lock", [True, False])
-def test_two_dispatchers_never_dispatch_the_same_run(store: SchedulerStore, use_lock: bool) -> None:
+def test_two_dispatchers_never_dispatch_the_same_run(store: RedisQueueStore, use_lock: bool) -> None:
     runs = [q(i + 1, user=i % 7, tier=TIERS[i % 3]) for i in range(300)]
     for r in runs:
         store.push(r)
@@ -230,7 +231,7 @@ def test_two_dispatchers_never_dispatch_the_same_run(store: SchedulerStore, use_
     )
     dispatchers = [
         Dispatcher(
-            store=SchedulerStore(store.client, tiers=TIERS),
+            store=RedisQueueStore(store.client, tiers=TIERS),
             policy=FairPolicy(SPECS),
             gate=GATE,
             settings=settings,
@@ -256,7 +257,7 @@ def test_two_dispatchers_never_dispatch_the_same_run(store: SchedulerStore, use_
     assert max(counts.values()) == 1
 
 
-def test_refunds_of_ended_runs_reach_the_counters(store: SchedulerStore) -> None:
+def test_refunds_of_ended_runs_reach_the_counters(store: RedisQueueStore) -> None:
     clock, sent = FakeClock(), list[QueuedRun]()
     store.push(q(1, 1, cost=300))
     store.push(q(2, 2, cost=300))
@@ -274,7 +275,7 @@ def test_refunds_of_ended_runs_reach_the_counters(store: SchedulerStore) -> None
     assert store.take_refunds() == []
 
 
-def test_run_end_in_the_web_process_refunds_the_counter_only_for_dispatched_runs(store: SchedulerStore) -> None:
+def test_run_end_in_the_web_process_refunds_the_counter_only_for_dispatched_runs(store: RedisQueueStore) -> None:
     store.push(q(1, 1))
     assert store.remove(1) == 1  # cancelled while queued: never charged, nothing to refund
     store.push(q(2, 1))
@@ -282,7 +283,7 @@ def test_run_end_in_the_web_process_refunds_the_counter_only_for_dispatched_runs
     assert store.remove(2) == 2
 
 
-def test_an_idle_dispatcher_is_woken_by_a_new_run_instead_of_sleeping_its_tick(store: SchedulerStore) -> None:
+def test_an_idle_dispatcher_is_woken_by_a_new_run_instead_of_sleeping_its_tick(store: RedisQueueStore) -> None:
     assert store.wait_for_work(0.01) is False  # nothing queued: it times out
     store.push(q(1, user=1))
     assert store.wait_for_work(5) is True  # the push left a wake token...
