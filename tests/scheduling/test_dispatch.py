@@ -1,4 +1,5 @@
-"""The Redis queue store and the dispatcher loop, with fake engine statistics and a fake sender."""
+"""The dispatcher loop over both queue stores (Redis and in memory), with fake engine statistics, a fake clock
+and a fake sender; what only Redis can show (two dispatchers racing, the blocking wake-up) over Redis."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import redis
 
 from scheduling.dispatcher import Dispatcher, DispatcherSettings
 from scheduling.gate import EngineSample, GatePolicy, TierGate
+from scheduling.memory_store import MemoryQueueStore
 from scheduling.policy import FairPolicy, QueuedRun, TierSpec
 from scheduling.redis_store import RedisQueueStore
-from scheduling.store import InFlight, Position
+from scheduling.store import InFlight, Position, QueueStore
 
 TIERS = ["pro", "plus", "free", "batch"]
 SPECS = [
@@ -45,12 +47,20 @@ class FakeClock:
 
 
 @pytest.fixture
-def store(clean_redis: redis.Redis) -> RedisQueueStore:
+def redis_store(clean_redis: redis.Redis) -> RedisQueueStore:
     return RedisQueueStore(clean_redis, tiers=TIERS)
 
 
+@pytest.fixture(params=["redis", "memory"])
+def store(request: pytest.FixtureRequest, redis_store: RedisQueueStore) -> QueueStore:
+    """The tests that hold for any ``QueueStore`` run over both: the dispatcher must not care which it has."""
+    if request.param == "redis":
+        return redis_store
+    return MemoryQueueStore(tiers=TIERS)
+
+
 def make_dispatcher(
-    store: RedisQueueStore, samples: list[EngineSample], sent: list[QueuedRun], clock: FakeClock, **kwargs
+    store: QueueStore, samples: list[EngineSample], sent: list[QueuedRun], clock: FakeClock, **kwargs
 ) -> Dispatcher:
     return Dispatcher(
         store=store,
@@ -68,7 +78,7 @@ def q(run_id: int, user: int, tier: str = "free", cost: int = 100) -> QueuedRun:
     return QueuedRun(run_id=run_id, user_id=user, tier=tier, cost=cost, enqueued_at=float(run_id))
 
 
-def test_push_claim_remove(store: RedisQueueStore) -> None:
+def test_push_claim_remove(store: QueueStore) -> None:
     assert store.push(q(1, 10)) and not store.push(q(1, 10))  # idempotent
     store.push(q(2, 10))
     store.push(q(3, 11, tier="pro"))
@@ -87,7 +97,7 @@ def test_push_claim_remove(store: RedisQueueStore) -> None:
     assert store.remove(1) == 2 and store.remove(1) == 0  # the in-flight one ended
 
 
-def test_dispatch_follows_the_policy_and_marks_runs_in_flight(store: RedisQueueStore) -> None:
+def test_dispatch_follows_the_policy_and_marks_runs_in_flight(store: QueueStore) -> None:
     clock, sent = FakeClock(), list[QueuedRun]()
     for i in range(4):
         store.push(q(100 + i, 1))
@@ -102,7 +112,7 @@ def test_dispatch_follows_the_policy_and_marks_runs_in_flight(store: RedisQueueS
     )
 
 
-def test_dispatch_is_gated_on_engine_statistics(store: RedisQueueStore) -> None:
+def test_dispatch_is_gated_on_engine_statistics(store: QueueStore) -> None:
     clock, sent = FakeClock(), list[QueuedRun]()
     for i in range(10):
         store.push(q(i + 1, 1))
@@ -116,7 +126,7 @@ def test_dispatch_is_gated_on_engine_statistics(store: RedisQueueStore) -> None:
     assert d.tick() == []  # too slow per output token for the free tier
 
 
-def test_a_heartbeat_repeating_old_engine_figures_does_not_reopen_the_gate(store: RedisQueueStore) -> None:
+def test_a_heartbeat_repeating_old_engine_figures_does_not_reopen_the_gate(store: QueueStore) -> None:
     """During a long engine step (a burst of prefills on a CPU) the worker keeps writing heartbeats with the
     figures of the last step; runs sent since those figures were measured still count as load."""
     clock, sent = FakeClock(), list[QueuedRun]()
@@ -134,7 +144,7 @@ def test_a_heartbeat_repeating_old_engine_figures_does_not_reopen_the_gate(store
     assert len(d.tick()) == 3
 
 
-def test_stale_statistics_fall_back_to_the_in_flight_cap(store: RedisQueueStore) -> None:
+def test_stale_statistics_fall_back_to_the_in_flight_cap(store: QueueStore) -> None:
     clock, sent = FakeClock(), list[QueuedRun]()
     for i in range(10):
         store.push(q(i + 1, 1))
@@ -152,7 +162,48 @@ def test_stale_statistics_fall_back_to_the_in_flight_cap(store: RedisQueueStore)
     assert d2.tick() == [] and d2.last_load is not None and not d2.last_load.fresh
 
 
-def test_batch_is_dispatched_only_when_the_engines_are_idle(store: RedisQueueStore) -> None:
+def test_a_chatting_user_is_dispatched_at_once_while_a_flood_holds_the_engine(store: QueueStore) -> None:
+    """The real dispatcher over an engine model in virtual time: 8 slots, 2 of them headroom, every run ends 1 s
+    after its dispatch, a heartbeat every 0.1 s step. A flood keeps 200 runs queued; a second user sends a prompt
+    every 3 s. The flood never takes the headroom, and each of the other user's prompts goes in the tick it arrives
+    (not after one of the flood's runs ends), while the flood still gets the rest of the engine."""
+    gate = GatePolicy(gates=GATE.gates, fallback_max_in_flight=3, idle_running_fraction=0.5, headroom_slots=2)
+    clock, sent = FakeClock(), list[QueuedRun]()
+    samples = [EngineSample(slots=8, running=0, waiting=0, tpot_s=0.1, updated_at=clock.now)]
+    d = Dispatcher(
+        store=store,
+        policy=FairPolicy(SPECS),
+        gate=gate,
+        settings=SETTINGS,
+        stats=lambda: samples,
+        send=sent.append,
+        clock=clock,
+    )
+    for i in range(200):
+        store.push(q(1000 + i, user=1))
+    start = clock.now
+    ends: dict[int, int] = {}
+    """Run in flight -> the step it ends at."""
+    waits: list[int] = []
+    for step in range(200):
+        clock.now = start + step / 10
+        for run_id, end in list(ends.items()):
+            if end <= step:  # the run ended: the web process takes it out of the in-flight set
+                assert store.remove(run_id) == 2
+                del ends[run_id]
+        if step % 30 == 5:
+            store.push(q(step, user=2))  # its run id is the step it arrives at
+        samples[0] = EngineSample(slots=8, running=len(ends), waiting=0, tpot_s=0.1, updated_at=clock.now)
+        for run in d.tick():
+            ends[run.run_id] = step + 10
+            if run.user_id == 2:
+                waits.append(step - run.run_id)
+        assert sum(1 for run_id in ends if run_id >= 1000) <= 6  # slots - headroom
+    assert waits == [0] * 7
+    assert sum(1 for r in sent if r.user_id == 1) >= 100  # ~6 slots x 20 s of 1 s runs
+
+
+def test_batch_is_dispatched_only_when_the_engines_are_idle(store: QueueStore) -> None:
     clock, sent = FakeClock(), list[QueuedRun]()
     for i in range(6):
         store.push(q(i + 1, 1, tier="batch"))
@@ -163,7 +214,7 @@ def test_batch_is_dispatched_only_when_the_engines_are_idle(store: RedisQueueSto
     assert len(d.tick()) == 3  # up to half the slots busy
 
 
-def test_runs_cancelled_while_queued_are_never_dispatched(store: RedisQueueStore) -> None:
+def test_runs_cancelled_while_queued_are_never_dispatched(store: QueueStore) -> None:
     clock, sent = FakeClock(), list[QueuedRun]()
     for i in range(4):
         store.push(q(i + 1, 1))
@@ -173,7 +224,7 @@ def test_runs_cancelled_while_queued_are_never_dispatched(store: RedisQueueStore
     assert [r.run_id for r in sent] == [1, 3, 4]
 
 
-def test_send_failure_puts_the_run_back(store: RedisQueueStore) -> None:
+def test_send_failure_puts_the_run_back(store: QueueStore) -> None:
     clock = FakeClock()
     store.push(q(1, 1))
 
@@ -187,7 +238,8 @@ def test_send_failure_puts_the_run_back(store: RedisQueueStore) -> None:
     assert store.queue_depth("free") == 1 and store.in_flight(now=clock.now, ttl_s=3600).total == 0
 
 
-def test_queue_positions_and_estimated_wait(store: RedisQueueStore) -> None:
+def test_queue_positions_and_estimated_wait(redis_store: RedisQueueStore) -> None:
+    store = redis_store
     clock, sent, reported = FakeClock(), list[QueuedRun](), list[dict[int, Position]]()
     for i in range(3):
         store.push(q(i + 1, 1))
@@ -209,7 +261,8 @@ def test_queue_positions_and_estimated_wait(store: RedisQueueStore) -> None:
 
 
 @pytest.mark.parametrize("use_lock", [True, False])
-def test_two_dispatchers_never_dispatch_the_same_run(store: RedisQueueStore, use_lock: bool) -> None:
+def test_two_dispatchers_never_dispatch_the_same_run(redis_store: RedisQueueStore, use_lock: bool) -> None:
+    store = redis_store
     runs = [q(i + 1, user=i % 7, tier=TIERS[i % 3]) for i in range(300)]
     for r in runs:
         store.push(r)
@@ -257,7 +310,7 @@ def test_two_dispatchers_never_dispatch_the_same_run(store: RedisQueueStore, use
     assert max(counts.values()) == 1
 
 
-def test_refunds_of_ended_runs_reach_the_counters(store: RedisQueueStore) -> None:
+def test_refunds_of_ended_runs_reach_the_counters(store: QueueStore) -> None:
     clock, sent = FakeClock(), list[QueuedRun]()
     store.push(q(1, 1, cost=300))
     store.push(q(2, 2, cost=300))
@@ -275,7 +328,7 @@ def test_refunds_of_ended_runs_reach_the_counters(store: RedisQueueStore) -> Non
     assert store.take_refunds() == []
 
 
-def test_run_end_in_the_web_process_refunds_the_counter_only_for_dispatched_runs(store: RedisQueueStore) -> None:
+def test_run_end_in_the_web_process_refunds_the_counter_only_for_dispatched_runs(store: QueueStore) -> None:
     store.push(q(1, 1))
     assert store.remove(1) == 1  # cancelled while queued: never charged, nothing to refund
     store.push(q(2, 1))
@@ -283,7 +336,8 @@ def test_run_end_in_the_web_process_refunds_the_counter_only_for_dispatched_runs
     assert store.remove(2) == 2
 
 
-def test_an_idle_dispatcher_is_woken_by_a_new_run_instead_of_sleeping_its_tick(store: RedisQueueStore) -> None:
+def test_an_idle_dispatcher_is_woken_by_a_new_run_instead_of_sleeping_its_tick(redis_store: RedisQueueStore) -> None:
+    store = redis_store
     assert store.wait_for_work(0.01) is False  # nothing queued: it times out
     store.push(q(1, user=1))
     assert store.wait_for_work(5) is True  # the push left a wake token...
