@@ -13,8 +13,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from chatproject.exceptions import error_response
-from chats.serializers import StrictCharField
+from core.errors import error_response
+from core.fields import StrictCharField
 
 
 class TokenInSerializer(serializers.Serializer[Any]):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from rest_framework.authtoken.models import Token
+from rest_framework.request import Request
 
 from accounts.models import User
 
@@ -14,3 +17,8 @@ def user_for_token(key: str) -> User | None:
     """
     token = Token.objects.select_related("user__tier").filter(key=key).first()
     return token.user if token is not None and token.user.is_active else None
+
+
+def request_user(request: Request) -> User:
+    """The authenticated user of a DRF request (the permission classes have already refused anonymous ones)."""
+    return cast(User, request.user)

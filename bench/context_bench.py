@@ -94,7 +94,7 @@ from chats.summary import (  # noqa: E402
     summary_due,
     transcript_line,
 )
-from inference_workers.tokenizer import apply_chat_template, count_tokens  # noqa: E402
+from deployments.tokenizer import apply_chat_template, count_tokens  # noqa: E402
 
 TOPICS = [
     ("a trip to Lisbon", "trams, the Alfama district, pastel de nata, day trips to Sintra and Cascais"),
@@ -383,7 +383,7 @@ METRICS_PORTS: dict[str, int] = {}
 
 def read_counters(after: float) -> Counters:
     """Both workers' counters from heartbeats written after ``after`` (Unix time): nothing of a round is missed."""
-    from inference_workers.selectors import worker_heartbeats
+    from core.worker_contract import worker_heartbeats
 
     deadline = time.monotonic() + 30
     while True:
@@ -453,7 +453,7 @@ def start_dispatcher(*, affinity: bool, logs: Path) -> tuple[subprocess.Popen[by
 
 
 def route_reasons(log: Path) -> dict[str, int]:
-    """The dispatcher's ``run N sent to queue Q (reason)`` lines (``inference_workers.dispatch``), counted."""
+    """The dispatcher's ``run N sent to queue Q (reason)`` lines (``runs.routing``), counted."""
     reasons: dict[str, int] = {}
     for line in log.read_text(errors="replace").splitlines():
         if " sent to queue " in line and line.endswith(")"):

@@ -49,7 +49,7 @@ TIERS = [
 ]
 TIER_PRIORITY = {t.name: t.priority for t in TIERS}
 GATE = GatePolicy(
-    gates={  # the shipped defaults (chatproject.config.scheduler_config_from_env)
+    gates={  # the shipped defaults (core.config.scheduler_config_from_env)
         "pro": TierGate(max_waiting=4, max_tpot_s=2.0),
         "plus": TierGate(max_waiting=2, max_tpot_s=1.0),
         "free": TierGate(max_waiting=1, max_tpot_s=0.75),
@@ -584,7 +584,7 @@ def admission_latency(redis_url: str, n: int) -> None:
     print("\n== 5. Admission refusal latency (real Redis, the real Lua script, one round trip) ==")
     import redis
 
-    from scheduling.admission import Admission, AdmissionTimeouts, Limits
+    from scheduling.token_bucket import Admission, AdmissionTimeouts, Limits
 
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     admission = Admission(client, AdmissionTimeouts(pending_ttl_s=60, run_ttl_s=600, queue_retry_after_s=5))
@@ -813,8 +813,8 @@ def realtime(backend: str, seconds: float, seed: int, figures: tuple[str, ...]) 
     django.setup()
     from django.conf import settings
 
+    from deployments.tokenizer import get_tokenizer
     from inference_workers.engine import build_engine
-    from inference_workers.tokenizer import get_tokenizer
 
     config = dataclasses.replace(settings.ENGINE, backend=backend)
     warm = min(15.0, seconds / 4)

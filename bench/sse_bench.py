@@ -5,8 +5,8 @@
 
 For each level it starts nothing new but the streams: one uvicorn web process (``--port``), a private
 ``redis-server`` (``--redis-port``, so ``INFO commandstats`` counts only this benchmark) and a writer process
-that plays N workers with the real :class:`runs.streams.RunStreamWriter` and the adaptive flush interval
-(:func:`runs.streams.current_flush_interval`), batching the appends due in each 5 ms tick into one
+that plays N workers with the real :class:`runs.streaming.contract.RunStreamWriter` and the adaptive flush interval
+(:func:`runs.streaming.load.current_flush_interval`), batching the appends due in each 5 ms tick into one
 pipeline. Every delta carries ``t``, the wall-clock time it was handed to Redis; this process (asyncio
 protocol clients, one TCP connection per stream, ``Authorization: Token``) reads the streams and prints:
 
@@ -88,8 +88,9 @@ def prepare_rows(n: int) -> tuple[str, list[int]]:
 
 def writer_main(redis_url: str, run_ids: list[int], rate: float, duration: float, out: mp.Queue) -> None:  # type: ignore[type-arg]
     configure_django(redis_url)
-    from chatproject.redis_client import get_redis
-    from runs.streams import RunStreamWriter, StreamEvent, current_flush_interval
+    from core.redis_client import get_redis
+    from runs.streaming.contract import RunStreamWriter, StreamEvent
+    from runs.streaming.load import current_flush_interval
 
     client = get_redis()
     rng = random.Random(1)
@@ -303,7 +304,7 @@ def percentile(values: list[float], q: float) -> float:
 async def run_level(
     args: argparse.Namespace, n: int, token: str, run_ids: list[int], web_pid: int, redis_client: object
 ) -> None:
-    from runs.streams import active_streams_key, stream_key
+    from runs.streaming.contract import active_streams_key, stream_key
 
     redis_client.delete(*(stream_key(r) for r in run_ids), active_streams_key())  # type: ignore[attr-defined]
     stats = ClientStats()

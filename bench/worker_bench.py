@@ -152,9 +152,9 @@ def make_runs(concurrency: int, max_tokens: int) -> list[int]:
 
 
 def worker_wave(concurrency: int, max_tokens: int) -> Wave:
-    from chatproject.redis_client import get_redis
-    from inference_workers.dispatch import send_to_worker
-    from runs.streams import stream_key
+    from core.redis_client import get_redis
+    from runs.routing import send_to_worker
+    from runs.streaming.contract import stream_key
 
     run_ids = make_runs(concurrency, max_tokens)
     client = get_redis()

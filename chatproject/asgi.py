@@ -12,13 +12,13 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatproject.settings.base")
 # runs the whole web tier; every other path goes straight to the app.
 _django = ASGIStaticFilesHandler(get_asgi_application())
 
-# The run streams skip Django's per-request thread (see runs/sse_asgi.py); imported after setup.
-from runs.sse_asgi import with_stream_route  # noqa: E402
+# The run streams skip Django's per-request thread (see runs/streaming/asgi.py); imported after setup.
+from runs.streaming.asgi import with_stream_route  # noqa: E402
 
 application = with_stream_route(_django)
 
 # Prompts are counted with the model's tokenizer at POST time; load it now rather than on the first prompt.
-from inference_workers.tokenizer import warm_up_in_background  # noqa: E402
+from deployments.tokenizer import warm_up_in_background  # noqa: E402
 
 warm_up_in_background()
 

@@ -3,12 +3,12 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from accounts.apis import TokenApi
-from chatproject.health import healthz, readyz
-from chatproject.metrics import metrics
-from chats.apis import ChatDetailApi, ChatListCreateApi, ChatMessagesApi
+from chats.apis import ChatListCreateApi
+from monitoring.health import healthz, readyz
+from monitoring.prometheus import metrics
 from openai_api.apis import chat_completions, models
-from runs.apis import RunCancelApi, RunDetailApi
-from runs.stream_apis import run_stream
+from runs.apis import ChatDetailApi, ChatMessagesApi, RunCancelApi, RunDetailApi
+from runs.streaming.views import run_stream
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -29,5 +29,5 @@ urlpatterns = [
     path("", include("web.urls")),
 ]
 
-handler404 = "chatproject.exceptions.page_not_found"
-handler500 = "chatproject.exceptions.server_error"
+handler404 = "core.errors.page_not_found"
+handler500 = "core.errors.server_error"

@@ -1,7 +1,8 @@
 """The prompt of one run: system prompt, rolling summary, recent turns verbatim, new message, within budget.
 
-``plan_prompt`` is the pure policy (no Django, no tokenizer: a token counter is passed in);
-``build_prompt_messages(run=...)`` loads a run's pieces and applies it with the serving model's tokenizer.
+``plan_prompt`` is the pure policy (no database, no tokenizer: a token counter is passed in);
+``plan_chat_prompt`` loads a chat's pieces and applies it with the serving model's tokenizer
+(``inference_workers.prompting`` calls it for a run).
 
 Prefix stability: the verbatim part always starts right after ``chat.summary_through``; only when it no
 longer fits are the oldest turns dropped, and then in steps of several user turns (stateless: the cut points
@@ -13,12 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from chatproject.exceptions import DomainError
+from django.conf import settings
+from django.db.models import Q
 
-if TYPE_CHECKING:
-    from runs.models import Run
+from chats.models import Chat, Message, MessageRole
+from core.errors import DomainError
+from deployments.tokenizer import apply_chat_template, count_tokens, get_tokenizer
 
 ChatMessages = list[dict[str, str]]
 PromptTokenCounter = Callable[[ChatMessages], int]
@@ -150,23 +152,16 @@ def plan_prompt(
 
 def rendered_token_count(messages: ChatMessages) -> int:
     """The serving model's count for ``messages`` rendered with its chat template."""
-    from inference_workers.tokenizer import apply_chat_template, get_tokenizer
-
     return len(get_tokenizer().encode(apply_chat_template(messages), add_special_tokens=False))
 
 
-def plan_run_prompt(*, run: Run) -> PromptPlan:
-    """Loads the run's chat pieces and plans its prompt (see :func:`plan_prompt`)."""
-    from django.conf import settings
-    from django.db.models import Q
-
-    from chats.models import Message, MessageRole
-
-    chat = run.chat
+def plan_chat_prompt(*, chat: Chat, user_message: Message, context_limit_tokens: int, max_tokens: int) -> PromptPlan:
+    """Loads the chat's pieces before ``user_message`` and plans the prompt that answers it (see
+    :func:`plan_prompt`); ``context_limit_tokens`` is the tier's, ``max_tokens`` the answer's."""
     config = settings.CONTEXT
     summary = chat.summary
-    earlier = Message.objects.filter(chat_id=run.chat_id, id__lt=run.user_message_id)
-    if chat.summary_through_id is not None and chat.summary_through_id < run.user_message_id:
+    earlier = Message.objects.filter(chat_id=chat.pk, id__lt=user_message.pk)
+    if chat.summary_through_id is not None and chat.summary_through_id < user_message.pk:
         # The turns after the summary, and the chat's own system message (an OpenAI-compatible call may bring
         # one: it replaces the default prompt), in one query.
         earlier = earlier.filter(Q(id__gt=chat.summary_through_id) | Q(role=MessageRole.SYSTEM))
@@ -180,15 +175,15 @@ def plan_run_prompt(*, run: Run) -> PromptPlan:
         elif own_system is None:
             own_system = content
     budget = prompt_budget(
-        context_limit_tokens=run.tier.context_limit_tokens,
+        context_limit_tokens=context_limit_tokens,
         max_model_len=settings.ENGINE.max_model_len,
-        max_tokens=run.max_tokens,
+        max_tokens=max_tokens,
     )
     return plan_prompt(
         system_prompt=config.system_prompt if own_system is None else own_system,
         summary=summary,
         turns=turns,
-        new_message=run.user_message.content,
+        new_message=user_message.content,
         budget=budget,
         count_tokens=rendered_token_count,
         drop_step=config.drop_step_turns,
@@ -209,10 +204,6 @@ def message_fit_check(
     Called when a message is posted, so an oversized one is refused before anything is written.
     ``system_prompt`` is the chat's own, when it has one (else ``CONTEXT.system_prompt``).
     """
-    from django.conf import settings
-
-    from inference_workers.tokenizer import count_tokens
-
     budget = prompt_budget(
         context_limit_tokens=context_limit_tokens, max_model_len=settings.ENGINE.max_model_len, max_tokens=max_tokens
     )
@@ -230,8 +221,3 @@ def message_fit_check(
             "Shorten it or ask for fewer max_tokens."
         )
     return tokens
-
-
-def build_prompt_messages(*, run: Run) -> ChatMessages:
-    """Role/content messages for the model's chat template: the run's prompt, within its budget."""
-    return plan_run_prompt(run=run).messages

@@ -5,65 +5,16 @@ from __future__ import annotations
 from typing import Any, cast
 
 from django.conf import settings
-from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from chats.models import Chat, Message
-from runs import selectors as run_selectors
-from runs.serializers import RunOutSerializer
-
-
-class StrictCharField(serializers.CharField):
-    """A CharField that refuses numbers, lists and objects instead of coercing them to text."""
-
-    default_error_messages = {"not_text": "must be a string."}
-
-    def to_internal_value(self, data: Any) -> str:
-        if not isinstance(data, str):
-            self.fail("not_text")
-        return str(super().to_internal_value(data))
-
-
-class StrictIntegerField(serializers.IntegerField):
-    """An IntegerField that refuses strings, booleans and fractions instead of coercing them."""
-
-    default_error_messages = {"not_integer": "must be an integer."}
-
-    def to_internal_value(self, data: Any) -> int:
-        if isinstance(data, bool) or not isinstance(data, int):
-            self.fail("not_integer")
-        return int(super().to_internal_value(data))
-
-
-class StrictFloatField(serializers.FloatField):
-    """A FloatField that refuses strings and booleans instead of coercing them."""
-
-    default_error_messages = {"not_number": "must be a number."}
-
-    def to_internal_value(self, data: Any) -> float:
-        if isinstance(data, bool) or not isinstance(data, int | float):
-            self.fail("not_number")
-        return float(super().to_internal_value(data))
+from core.fields import StrictCharField, StrictFloatField, StrictIntegerField
 
 
 class ChatOutSerializer(serializers.ModelSerializer[Chat]):
     class Meta:
         model = Chat
         fields = ["id", "title", "created_at", "updated_at"]
-
-
-class ChatDetailOutSerializer(ChatOutSerializer):
-    """One chat with its unfinished run, if any: a client reloading the page resumes that run's stream."""
-
-    active_run = serializers.SerializerMethodField()
-
-    class Meta(ChatOutSerializer.Meta):
-        fields = [*ChatOutSerializer.Meta.fields, "active_run"]
-
-    @extend_schema_field(RunOutSerializer(allow_null=True))
-    def get_active_run(self, chat: Chat) -> dict[str, Any] | None:
-        run = run_selectors.run_active_for_chat(chat=chat)
-        return dict(RunOutSerializer(run).data) if run else None
 
 
 class ChatInSerializer(serializers.Serializer[Any]):

@@ -7,7 +7,8 @@ newest ``summary_keep_recent_turns`` user turns (and their answers), which stay 
 only after ``summary_refresh_every_turns`` (K) further user turns (or sooner when the verbatim part nears the
 budget, ``summary_force_fraction``): between refreshes the prompt's prefix (system prompt, summary, the
 verbatim turns so far) is identical from one turn to the next, so vLLM's prefix cache serves it. The model
-writes the summary in a low-priority task (``chats.tasks.chat_summarize``).
+writes the summary in a low-priority task on a worker (``inference_workers.tasks.chat_summarize``), sent by
+``chats.summary_schedule``.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db.models import Q
 
-from chatproject.config import ContextConfig
-from chats.context import prompt_budget
+from chats.context import prompt_budget, rendered_token_count
 from chats.models import Chat, Message, MessageRole
+from core.config import ContextConfig
+from deployments.tokenizer import apply_chat_template, count_tokens, get_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -140,8 +142,6 @@ def _fit_chunks(
     lines: Sequence[str], *, previous_summary: str, input_budget: int, count_tokens: Callable[[str], int]
 ) -> list[list[str]]:
     """Splits the transcript so each summarization prompt fits; an oversized line is cut to fit alone."""
-    from chats.context import rendered_token_count
-
     overhead = rendered_token_count(summary_prompt_messages(previous_summary=previous_summary, transcript=[]))
     # The summary grows back to at most summary_max_tokens between chunks; keep room for it.
     room = max(64, input_budget - overhead - settings.CONTEXT.summary_max_tokens)
@@ -164,8 +164,6 @@ def _fit_chunks(
 
 
 def _truncate(text: str, max_tokens: int) -> str:
-    from inference_workers.tokenizer import get_tokenizer
-
     tokenizer = get_tokenizer()
     ids = tokenizer.encode(text, add_special_tokens=False)
     return str(tokenizer.decode(ids[: max(1, max_tokens - 1)])) + "…"
@@ -177,9 +175,6 @@ def fold_into_summary(*, previous_summary: str, lines: Sequence[str], generate: 
     The lines go in chunks whose prompts fit the engine's window (leaving room for the summary); each chunk
     is folded into the summary the previous one produced.
     """
-    from chats.context import rendered_token_count
-    from inference_workers.tokenizer import apply_chat_template, count_tokens
-
     config = settings.CONTEXT
     input_budget = settings.ENGINE.max_model_len - config.summary_max_tokens
     summary = previous_summary

@@ -3,9 +3,24 @@ rolling summary, recent turns, the new message); this renders them with the mode
 
 from __future__ import annotations
 
-from chats.context import build_prompt_messages
-from inference_workers.tokenizer import apply_chat_template
+from chats.context import ChatMessages, PromptPlan, plan_chat_prompt
+from deployments.tokenizer import apply_chat_template
 from runs.models import Run
+
+
+def plan_run_prompt(*, run: Run) -> PromptPlan:
+    """The run's prompt plan: its chat before its user message, within its tier's budget and its ``max_tokens``."""
+    return plan_chat_prompt(
+        chat=run.chat,
+        user_message=run.user_message,
+        context_limit_tokens=run.tier.context_limit_tokens,
+        max_tokens=run.max_tokens,
+    )
+
+
+def build_prompt_messages(*, run: Run) -> ChatMessages:
+    """Role/content messages for the model's chat template: the run's prompt, within its budget."""
+    return plan_run_prompt(run=run).messages
 
 
 def build_run_prompt(*, run: Run) -> str:

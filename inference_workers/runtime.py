@@ -16,12 +16,11 @@ from dataclasses import dataclass, field
 import redis
 from django.conf import settings
 
-from chatproject.config import EngineConfig, WorkerConfig
-from chatproject.redis_client import get_redis
+from core.config import EngineConfig, WorkerConfig
+from core.redis_client import get_redis
+from core.worker_contract import WorkerHeartbeat, cancel_channel, cancel_key, heartbeat_key, run_lease_key
 from inference_workers.engine.base import InferenceEngine
 from inference_workers.engine.host import EngineHost
-from inference_workers.heartbeats import WorkerHeartbeat, heartbeat_key, run_lease_key
-from runs.streams import cancel_channel, cancel_key
 
 logger = logging.getLogger(__name__)
 

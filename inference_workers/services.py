@@ -1,9 +1,9 @@
-"""What a GPU worker does with a run: claim, generate, stream, finish; and the reaper for dead workers.
+"""What a GPU worker does with a run: claim, generate, stream, finish.
 
-Stream events written here (see ``runs.streams``): ``status`` {status, attempt, worker} when generation
-starts; ``reset`` {attempt} first when a previous attempt had written events (clients drop its text);
-``delta`` {text, tokens}; then the terminal ``done`` {message_id, finish_reason, status, usage} or ``error``
-{code, message} of :func:`runs.streams.run_terminal_event`.
+Stream events written here (see ``runs.streaming.contract``): ``status`` {status, attempt, worker} when
+generation starts; ``reset`` {attempt} first when a previous attempt had written events (clients drop its
+text); ``delta`` {text, tokens}. The terminal ``done`` or ``error`` event is written by the run lifecycle
+when the run ends (``runs.services``), whoever ends it.
 """
 
 from __future__ import annotations
@@ -11,26 +11,18 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from datetime import timedelta
 
 from django.conf import settings
-from django.utils import timezone
 
+from core.generation import EngineFinishReason, GenerationResult
 from inference_workers.engine.base import GenerationRequest
 from inference_workers.engine.host import EngineError
 from inference_workers.prompting import build_run_prompt
 from inference_workers.runtime import WorkerRuntime
-from inference_workers.selectors import run_lease_holder
-from runs.models import Run, RunStatus
-from runs.services import (
-    GenerationResult,
-    run_fail,
-    run_finish,
-    run_mark_first_token,
-    run_mark_streaming,
-    run_requeue_orphan,
-)
-from runs.streams import RunStreamWriter, StreamEvent, cancel_key, current_flush_interval, run_terminal_event
+from runs.models import RunStatus
+from runs.services import run_fail, run_finish, run_mark_first_token, run_mark_streaming
+from runs.streaming.contract import RunStreamWriter, StreamEvent
+from runs.streaming.load import current_flush_interval
 
 logger = logging.getLogger(__name__)
 
@@ -80,12 +72,6 @@ class DeltaCoalescer:
         self.last_flush = time.monotonic()
 
 
-def _append_terminal(writer: RunStreamWriter, run: Run) -> None:
-    """The terminal ``done`` or ``error`` event, exactly as the SSE endpoint rebuilds it from Postgres."""
-    event, data = run_terminal_event(run)
-    writer.append(event, data)
-
-
 def generate_run(*, run_id: int, runtime: WorkerRuntime) -> RunStatus | None:
     """Generates one run on this worker's engine; returns its final status (None: not ours to generate).
 
@@ -106,13 +92,9 @@ def _generate_claimed(*, run_id: int, runtime: WorkerRuntime) -> RunStatus | Non
     run, changed = run_mark_streaming(run_id=run_id, worker=runtime.worker_name)
     if not changed:
         return None
+    if run.is_terminal:  # it was cancelling when its previous worker died, or ran out of attempts
+        return RunStatus(run.status)
     writer = RunStreamWriter(run_id)
-    if run.status == RunStatus.CANCELLED:
-        _append_terminal(writer, run)
-        return RunStatus.CANCELLED
-    if run.status == RunStatus.FAILED:
-        _append_terminal(writer, run)
-        return RunStatus.FAILED
 
     attempt = run.attempts
     if writer.seq > 0:
@@ -124,7 +106,7 @@ def _generate_claimed(*, run_id: int, runtime: WorkerRuntime) -> RunStatus | Non
             prompt = build_run_prompt(run=run)
         except Exception as exc:  # a prompt we cannot build fails this run, not the worker
             logger.exception("run %s: building the prompt failed", run_id)
-            return _fail(writer, run_id=run_id, attempt=attempt, error=f"Could not build the prompt: {exc}")
+            return _fail(run_id=run_id, attempt=attempt, error=f"Could not build the prompt: {exc}")
         request = GenerationRequest(
             request_id=active.request_id,
             prompt=prompt,
@@ -136,9 +118,10 @@ def _generate_claimed(*, run_id: int, runtime: WorkerRuntime) -> RunStatus | Non
         streams = settings.STREAMS
         coalescer = DeltaCoalescer(writer, interval_s=current_flush_interval, max_tokens=streams.flush_max_tokens)
         input_tokens = output_tokens = 0
-        finish_reason = "abort"
+        finish_reason = EngineFinishReason.ABORT
         if runtime.cancel_pending(run_id):  # cancelled between the claim and now: nothing to generate
-            return _finish(writer, run_id=run_id, attempt=attempt, result=GenerationResult("", 0, 0, "abort"))
+            empty = GenerationResult(text="", input_tokens=0, output_tokens=0, finish_reason=EngineFinishReason.ABORT)
+            return _finish(run_id=run_id, attempt=attempt, result=empty)
         last_abort = 0.0
         try:
             for delta in runtime.host.stream(request, poll_s=streams.flush_interval_s):
@@ -157,10 +140,10 @@ def _generate_claimed(*, run_id: int, runtime: WorkerRuntime) -> RunStatus | Non
                 if first_token:
                     run_mark_first_token(run_id=run_id, attempt=attempt)
                 if delta.finish_reason is not None:
-                    finish_reason = delta.finish_reason
+                    finish_reason = EngineFinishReason(delta.finish_reason)
         except EngineError as exc:
             coalescer.flush()
-            return _fail(writer, run_id=run_id, attempt=attempt, error=f"The engine failed: {exc}")
+            return _fail(run_id=run_id, attempt=attempt, error=f"The engine failed: {exc}")
         coalescer.flush()
     finally:
         runtime.unregister(run_id)
@@ -168,55 +151,17 @@ def _generate_claimed(*, run_id: int, runtime: WorkerRuntime) -> RunStatus | Non
     result = GenerationResult(
         text=coalescer.text, input_tokens=input_tokens, output_tokens=output_tokens, finish_reason=finish_reason
     )
-    return _finish(writer, run_id=run_id, attempt=attempt, result=result)
+    return _finish(run_id=run_id, attempt=attempt, result=result)
 
 
-def _finish(writer: RunStreamWriter, *, run_id: int, attempt: int, result: GenerationResult) -> RunStatus | None:
+def _finish(*, run_id: int, attempt: int, result: GenerationResult) -> RunStatus | None:
     finished = run_finish(run_id=run_id, attempt=attempt, result=result)
     if finished is None:
         logger.warning("run %s: attempt %s was superseded; its result is dropped", run_id, attempt)
         return None
-    _append_terminal(writer, finished)
-    if finished.status == RunStatus.CANCELLED:
-        writer.client.delete(cancel_key(run_id))
     return RunStatus(finished.status)
 
 
-def _fail(writer: RunStreamWriter, *, run_id: int, attempt: int, error: str) -> RunStatus | None:
+def _fail(*, run_id: int, attempt: int, error: str) -> RunStatus | None:
     failed = run_fail(run_id=run_id, error=error, attempt=attempt)
-    if failed is None:
-        return None
-    _append_terminal(writer, failed)
-    return RunStatus.FAILED
-
-
-def reap_orphaned_runs() -> list[int]:
-    """Requeues (or fails, after ``max_attempts``) streaming runs whose worker no longer holds their lease.
-
-    A worker refreshes the lease of every run it generates with its heartbeat, so the lease vanishes
-    ``heartbeat_ttl_s`` after the worker dies. Runs younger than ``orphan_grace_s`` are left alone.
-    Callable from the dispatcher loop or ``manage.py reap_orphaned_runs``. Returns the run ids handled.
-    """
-    cfg = settings.WORKERS
-    cutoff = timezone.now() - timedelta(seconds=cfg.orphan_grace_s)
-    handled: list[int] = []
-    candidates = Run.objects.filter(
-        status__in=[RunStatus.STREAMING, RunStatus.CANCELLING], started_at__lt=cutoff
-    ).values_list("id", "worker", "attempts")
-    for run_id, worker, attempts in candidates:
-        if run_lease_holder(run_id=run_id) is not None:
-            continue
-        if not cfg.requeue_orphans or attempts >= cfg.max_attempts:
-            error = f"Worker {worker or '?'} stopped while generating this answer (attempt {attempts})."
-            failed = run_fail(run_id=run_id, error=error)
-            if failed is not None:
-                _append_terminal(RunStreamWriter(run_id), failed)
-                handled.append(run_id)
-            continue
-        requeued = run_requeue_orphan(run_id=run_id, worker=worker)
-        if requeued is not None:
-            if requeued.status == RunStatus.CANCELLED:
-                _append_terminal(RunStreamWriter(run_id), requeued)
-            logger.warning("run %s: worker %s vanished; %s", run_id, worker, requeued.status)
-            handled.append(run_id)
-    return handled
+    return RunStatus.FAILED if failed is not None else None

@@ -8,6 +8,9 @@ from typing import Any
 from celery.signals import worker_init, worker_shutdown
 from django.conf import settings
 
+from deployments.tokenizer import get_tokenizer
+from inference_workers.runtime import start_runtime, stop_runtime
+
 logger = logging.getLogger(__name__)
 
 
@@ -21,9 +24,6 @@ def start_engine(sender: Any = None, **kwargs: Any) -> None:
     """Runs in the worker's main process before the consumer starts, so no task waits for the engine."""
     if sender is None or not _consumes_tier_queues(sender):
         return
-    from inference_workers.runtime import start_runtime
-    from inference_workers.tokenizer import get_tokenizer
-
     logger.info("worker %s: building the %s engine", sender.hostname, settings.ENGINE.backend)
     start_runtime(worker_name=sender.hostname)
     get_tokenizer()  # prompts are rendered with it: load it now, not in the first task (~10 s on a busy CPU)
@@ -53,6 +53,4 @@ def serve_engine_metrics(port: int) -> None:
 
 @worker_shutdown.connect(dispatch_uid="inference_workers.stop_engine")
 def stop_engine(sender: Any = None, **kwargs: Any) -> None:
-    from inference_workers.runtime import stop_runtime
-
     stop_runtime()

@@ -6,6 +6,7 @@ import uuid
 
 from inference_workers.engine.base import GenerationRequest
 from inference_workers.engine.host import EngineHost
+from inference_workers.runtime import get_runtime
 
 
 def generate_text(
@@ -23,8 +24,6 @@ def generate_text(
     engine schedules it behind every waiting interactive request.
     """
     if host is None:
-        from inference_workers.runtime import get_runtime
-
         host = get_runtime().host
     request = GenerationRequest(
         request_id=request_id or f"bg-{uuid.uuid4().hex[:12]}",

@@ -3,7 +3,7 @@
 Async views (served by uvicorn like the SSE endpoint): a completion waits for its run, so it must hold no
 thread while it waits. Authentication is the user's API token as a bearer token (``OpenAI(api_key=<token>)``
 sends ``Authorization: Bearer <token>``; the token comes from ``POST /api/auth/token``). The database work
-runs on the SSE database threads (``runs.sse.db_call``).
+runs on the SSE database threads (``core.db_executor.db_call``).
 
 A client that disconnects before the end cancels its run (an OpenAI call cannot be resumed).
 """
@@ -23,14 +23,14 @@ from django.views.decorators.csrf import csrf_exempt
 
 from accounts.models import User
 from accounts.selectors import user_for_token
-from chatproject.exceptions import DomainError
 from chats.models import Message
+from core.db_executor import db_call, db_submit
+from core.errors import DomainError
 from openai_api.errors import OpenAIRequestError, error_response, from_domain_error, from_request_error
 from openai_api.requests import ChatCompletionRequest, parse_chat_completion
 from openai_api.services import completion_abandon, completion_create
 from openai_api.streaming import collect, completion_body, sse_chunks
 from runs.models import Run
-from runs.sse import db_call, db_submit
 
 logger = logging.getLogger(__name__)
 

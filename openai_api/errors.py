@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.http import JsonResponse
 
-from chatproject.exceptions import DomainError
+from core.errors import DomainError
 
 _TYPES = {
     400: "invalid_request_error",

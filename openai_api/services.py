@@ -11,7 +11,7 @@ from django.db import transaction
 
 from accounts.models import User
 from chats.models import Chat, ChatOrigin, Message, MessageRole
-from inference_workers.tokenizer import count_tokens
+from deployments.tokenizer import count_tokens
 from openai_api.requests import ChatCompletionRequest
 from runs.models import Run
 from runs.services import run_cancel, run_create

@@ -1,6 +1,6 @@
 """A run's stream as OpenAI ``chat.completion.chunk`` events, or collected into one ``chat.completion``.
 
-Both read the run's Redis Stream through the process's relay (``runs.sse.iter_run_items``), like
+Both read the run's Redis Stream through the process's relay (``runs.streaming.follow.iter_run_items``), like
 ``GET /api/runs/{id}/stream``. Two things differ from our own SSE protocol:
 
 - No resumption: an OpenAI stream cannot be resumed, so a client that goes away cancels its run.
@@ -16,9 +16,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from runs.models import Run
-from runs.sse import iter_run_items, open_run_stream
-from runs.streams import StreamEvent
+from runs.models import FinishReason, Run, RunStatus
+from runs.streaming.contract import StreamEvent
+from runs.streaming.follow import iter_run_items, open_run_stream
 
 KEEPALIVE = b": keep-alive\n\n"
 DONE = b"data: [DONE]\n\n"
@@ -65,15 +65,16 @@ class _Follower:
 
 def _end(data: dict[str, Any], completion: Completion) -> None:
     status = data.get("status")
-    if status == "done":
-        completion.finish_reason = "length" if data.get("finish_reason") == "length" else "stop"
+    if status == RunStatus.DONE:
+        # OpenAI's finish reasons: "length" when max_tokens cut the answer, else "stop".
+        completion.finish_reason = "length" if data.get("finish_reason") == FinishReason.LENGTH else "stop"
         usage = data.get("usage") or {}
         completion.usage = {
             "prompt_tokens": int(usage.get("input_tokens", 0)),
             "completion_tokens": int(usage.get("output_tokens", 0)),
             "total_tokens": int(usage.get("total_tokens", 0)),
         }
-    elif status == "cancelled":
+    elif status == RunStatus.CANCELLED:
         completion.error = {"code": "run_cancelled", "message": "The run was cancelled before it finished."}
     else:
         completion.error = {

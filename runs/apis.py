@@ -1,24 +1,39 @@
-"""Run endpoints."""
+"""Run endpoints, and the endpoints of one chat: they show its active run, post prompts (new runs) and cancel
+its runs on delete. Thin: validate, call one service or selector, serialize."""
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from chatproject.exceptions import error_response
+from accounts.selectors import request_user
+from chats import selectors as chat_selectors
+from chats import services as chat_services
+from chats.serializers import ChatOutSerializer, ChatUpdateSerializer, MessageCreateSerializer, MessageOutSerializer
+from core.errors import error_response
+from core.pagination import BAD_PAGE, PAGE_PARAMS, keyset_paginate, page_response, parse_limit
 from runs import selectors, services
-from runs.serializers import RunOutSerializer
+from runs.models import Run
+from runs.serializers import ChatDetailOutSerializer, RunOutSerializer
 
 NOT_FOUND = {404: error_response("No such run, or it belongs to another user.")}
+CHAT_NOT_FOUND = {404: error_response("No such chat, or it belongs to another user.")}
+INVALID = {400: error_response("Invalid body: says which field is wrong and why.")}
+
+
+def run_data(run: Run) -> dict[str, object]:
+    """One run as the API shows it (its queue position read in one batched selector)."""
+    return dict(RunOutSerializer(run, context={"positions": selectors.run_queue_positions(runs=[run])}).data)
 
 
 class RunDetailApi(APIView):
     @extend_schema(responses={200: RunOutSerializer, **NOT_FOUND})
     def get(self, request: Request, run_id: int) -> Response:
-        run = selectors.run_get(user=request.user, run_id=run_id)  # type: ignore[arg-type]
-        return Response(RunOutSerializer(run).data)
+        run = selectors.run_get(user=request_user(request), run_id=run_id)
+        return Response(run_data(run))
 
 
 class RunCancelApi(APIView):
@@ -29,6 +44,105 @@ class RunCancelApi(APIView):
         "has aborted it. Idempotent: a finished run is returned as it is.",
     )
     def post(self, request: Request, run_id: int) -> Response:
-        run = selectors.run_get(user=request.user, run_id=run_id)  # type: ignore[arg-type]
-        run = services.run_cancel(run=run)
-        return Response(RunOutSerializer(selectors.run_get(user=request.user, run_id=run.pk)).data)  # type: ignore[arg-type]
+        user = request_user(request)
+        run = services.run_cancel(run=selectors.run_get(user=user, run_id=run_id))
+        return Response(run_data(selectors.run_get(user=user, run_id=run.pk)))
+
+
+class ChatDetailApi(APIView):
+    @extend_schema(
+        operation_id="chats_retrieve",
+        responses={200: ChatDetailOutSerializer, **CHAT_NOT_FOUND},
+        description="The chat, with `active_run`: its queued or streaming run (null when none) to resume.",
+    )
+    def get(self, request: Request, chat_id: int) -> Response:
+        chat = chat_selectors.chat_get(user=request_user(request), chat_id=chat_id)
+        active = selectors.run_active_for_chat(chat=chat)
+        context = {"active_run": active, "positions": selectors.run_queue_positions(runs=[active])}
+        return Response(ChatDetailOutSerializer(chat, context=context).data)
+
+    @extend_schema(
+        operation_id="chats_partial_update",
+        request=ChatUpdateSerializer,
+        responses={200: ChatOutSerializer, **INVALID, **CHAT_NOT_FOUND},
+        description="Renames the chat.",
+    )
+    def patch(self, request: Request, chat_id: int) -> Response:
+        chat = chat_selectors.chat_get(user=request_user(request), chat_id=chat_id)
+        body = ChatUpdateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        chat = chat_services.chat_update(chat=chat, title=body.validated_data["title"])
+        return Response(ChatOutSerializer(chat).data)
+
+    @extend_schema(
+        operation_id="chats_destroy",
+        responses={204: None, **CHAT_NOT_FOUND},
+        description="Deletes the chat with its messages and runs; an unfinished run is cancelled first.",
+    )
+    def delete(self, request: Request, chat_id: int) -> Response:
+        chat = chat_selectors.chat_get(user=request_user(request), chat_id=chat_id)
+        services.chat_delete(chat=chat)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class ChatMessagesApi(APIView):
+    @extend_schema(
+        operation_id="chats_messages_list",
+        parameters=PAGE_PARAMS,
+        responses={200: page_response("MessagePage", MessageOutSerializer), **BAD_PAGE, **CHAT_NOT_FOUND},
+        description="The chat's messages, newest first (descending `created_at`, then id); follow `next_cursor` "
+        "to page towards older messages. Messages added while paging never shift the later pages.",
+    )
+    def get(self, request: Request, chat_id: int) -> Response:
+        chat = chat_selectors.chat_get(user=request_user(request), chat_id=chat_id)
+        page = keyset_paginate(
+            chat_selectors.message_list(chat=chat),
+            time_field="created_at",
+            cursor=request.query_params.get("cursor"),
+            limit=parse_limit(request.query_params.get("limit")),
+        )
+        return Response({"results": MessageOutSerializer(page.items, many=True).data, "next_cursor": page.next_cursor})
+
+    @extend_schema(
+        operation_id="chats_messages_create",
+        request=MessageCreateSerializer,
+        responses={
+            202: inline_serializer(
+                name="PromptAccepted",
+                fields={
+                    "run": RunOutSerializer(),
+                    "message": MessageOutSerializer(),
+                    "stream_url": serializers.CharField(help_text="SSE endpoint of the run's tokens."),
+                },
+            ),
+            **INVALID,
+            **CHAT_NOT_FOUND,
+            409: error_response("The chat already has a run that has not ended."),
+            429: error_response("A rate or concurrency limit was hit; retry after the Retry-After header."),
+        },
+        description="Posts a prompt: stores the user message and a queued run in one transaction and answers "
+        "202 at once; the answer streams from `stream_url`.",
+    )
+    def post(self, request: Request, chat_id: int) -> Response:
+        user = request_user(request)
+        chat = chat_selectors.chat_get(user=user, chat_id=chat_id)
+        body = MessageCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        run = services.run_create(
+            chat=chat,
+            user=user,
+            content=data["content"],
+            sampling=services.SamplingRequest(
+                max_tokens=data.get("max_tokens"), temperature=data["temperature"], top_p=data["top_p"]
+            ),
+        )
+        shown = run_data(run)
+        return Response(
+            {
+                "run": shown,
+                "message": MessageOutSerializer(run.user_message).data,
+                "stream_url": shown["stream_url"],
+            },
+            status=status.HTTP_202_ACCEPTED,
+        )

@@ -7,6 +7,12 @@ from django.db import models
 
 
 class RunStatus(models.TextChoices):
+    """``queued → streaming → done | cancelled | failed``, with ``cancelling`` while an abort is in flight.
+
+    The strings are part of the API (and mirrored in ``web/static/web/constants.js``). A status read from the
+    database is a plain ``str``: wrap it (``RunStatus(value).is_terminal``) before asking.
+    """
+
     QUEUED = "queued"
     STREAMING = "streaming"
     CANCELLING = "cancelling"
@@ -14,12 +20,24 @@ class RunStatus(models.TextChoices):
     CANCELLED = "cancelled"
     FAILED = "failed"
 
+    @property
+    def is_terminal(self) -> bool:
+        """The run has ended: its message (if any), counts and refund are written; nothing changes it again."""
+        return self in TERMINAL_STATUSES
+
+    @property
+    def is_active(self) -> bool:
+        """Not ended yet: at most one such run per chat (``one_active_run_per_chat``)."""
+        return not self.is_terminal
+
 
 ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.STREAMING, RunStatus.CANCELLING)
 TERMINAL_STATUSES = (RunStatus.DONE, RunStatus.CANCELLED, RunStatus.FAILED)
 
 
 class FinishReason(models.TextChoices):
+    """Why a run ended, as the API reports it (an engine ``abort`` is ``cancelled`` here)."""
+
     STOP = "stop"
     LENGTH = "length"
     CANCELLED = "cancelled"
@@ -61,7 +79,7 @@ class Run(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["chat"],
-                condition=models.Q(status__in=["queued", "streaming", "cancelling"]),
+                condition=models.Q(status__in=list(ACTIVE_STATUSES)),
                 name="one_active_run_per_chat",
             )
         ]
@@ -71,4 +89,8 @@ class Run(models.Model):
 
     @property
     def is_terminal(self) -> bool:
-        return self.status in TERMINAL_STATUSES
+        return RunStatus(self.status).is_terminal
+
+    @property
+    def is_active(self) -> bool:
+        return RunStatus(self.status).is_active

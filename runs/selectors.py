@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from django.shortcuts import get_object_or_404
 
 from accounts.models import User
 from chats.models import Chat
-from runs.models import ACTIVE_STATUSES, Run
+from runs.models import ACTIVE_STATUSES, Run, RunStatus
+from runs.queueing import get_scheduler_store
+from scheduling.store import Position
 
 
 def run_get(*, user: User, run_id: int) -> Run:
@@ -17,3 +21,15 @@ def run_get(*, user: User, run_id: int) -> Run:
 def run_active_for_chat(*, chat: Chat) -> Run | None:
     """The chat's unfinished run (at most one: see ``one_active_run_per_chat``), for clients that resume it."""
     return Run.objects.select_related("assistant_message").filter(chat=chat, status__in=ACTIVE_STATUSES).first()
+
+
+def run_queue_positions(*, runs: Iterable[Run | None]) -> dict[int, Position]:
+    """The queued runs' positions (1 = next) and estimated waits, as the dispatcher last computed them.
+
+    One Redis read for the whole response (none when no run is queued); runs not queued, or not yet placed
+    by the dispatcher, are absent.
+    """
+    queued = [run.pk for run in runs if run is not None and run.status == RunStatus.QUEUED]
+    if not queued:
+        return {}
+    return get_scheduler_store().positions(queued)

@@ -1,15 +1,23 @@
+"""Response shapes of runs. No reads here: a run's queue position comes in the serializer context
+(``positions``, from ``runs.selectors.run_queue_positions``, one batched read per response)."""
+
 from __future__ import annotations
 
 from typing import Any
 
 from django.urls import reverse
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from chats.models import Chat
+from chats.serializers import ChatOutSerializer
 from runs.models import Run
 from scheduling.store import Position
 
 
 class RunOutSerializer(serializers.ModelSerializer[Run]):
+    """Context: ``positions`` (run id → :class:`Position`) for the queued runs being serialized."""
+
     stream_url = serializers.SerializerMethodField()
     assistant_message = serializers.SerializerMethodField()
     queue_position = serializers.SerializerMethodField(
@@ -45,9 +53,8 @@ class RunOutSerializer(serializers.ModelSerializer[Run]):
         ]
 
     def _position(self, run: Run) -> Position | None:
-        from runs.admission import run_queue_position
-
-        return run_queue_position(run=run)
+        positions: dict[int, Position] = self.context.get("positions", {})
+        return positions.get(run.pk)
 
     def get_queue_position(self, run: Run) -> int | None:
         pos = self._position(run)
@@ -65,3 +72,20 @@ class RunOutSerializer(serializers.ModelSerializer[Run]):
         if msg is None:
             return None
         return {"id": msg.pk, "content": msg.content, "token_count": msg.token_count}
+
+
+class ChatDetailOutSerializer(ChatOutSerializer):
+    """One chat with its unfinished run, if any: a client reloading the page resumes that run's stream.
+
+    Context: ``active_run`` (the run or None, from ``runs.selectors.run_active_for_chat``) and ``positions``.
+    """
+
+    active_run = serializers.SerializerMethodField()
+
+    class Meta(ChatOutSerializer.Meta):
+        fields = [*ChatOutSerializer.Meta.fields, "active_run"]
+
+    @extend_schema_field(RunOutSerializer(allow_null=True))
+    def get_active_run(self, chat: Chat) -> dict[str, Any] | None:
+        run: Run | None = self.context.get("active_run")
+        return dict(RunOutSerializer(run, context=self.context).data) if run else None

@@ -1,20 +1,41 @@
-"""Writes to runs: creation with its user message, and the cancel transitions."""
+"""Writes to runs: creation with its user message, cancel, and every transition of the run lifecycle.
+
+A run ends in exactly one place, :func:`_end_run`: status and finish reason, the assistant message and the
+counts when there are any, the day's usage and the refund of its reservation (``runs.quota``), and after
+commit its terminal stream event (``done`` or ``error``, as :func:`runs.streaming.contract.run_terminal_event`
+describes it), so a client following the stream learns of the end however it came about.
+"""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
+import redis
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from accounts.limits import EffectiveLimits, user_limits
 from accounts.models import User
-from chatproject.exceptions import ConflictError, DomainError
+from chats.context import message_fit_check
 from chats.models import Chat, Message, MessageRole
-from runs.admission import admission_reserve, run_account_end
-from runs.handoff import run_signal_cancel, run_submit
+from chats.summary_schedule import chat_summary_schedule_after_turn
+from core.errors import ConflictError, DomainError
+from core.generation import EngineFinishReason, GenerationResult
+from core.worker_contract import cancel_key, signal_cancel
 from runs.models import ACTIVE_STATUSES, FinishReason, Run, RunStatus
+from runs.queueing import run_enqueue
+from runs.quota import admission_reserve, run_account_end
+from runs.streaming.contract import RunStreamWriter, run_terminal_event
+
+logger = logging.getLogger(__name__)
+
+_ENGINE_FINISH = {
+    EngineFinishReason.STOP: FinishReason.STOP,
+    EngineFinishReason.LENGTH: FinishReason.LENGTH,
+    EngineFinishReason.ABORT: FinishReason.CANCELLED,
+}
 
 
 @dataclass(frozen=True)
@@ -50,8 +71,6 @@ def run_create(
     sampling = sampling or SamplingRequest()
     limits = user_limits(user=user)  # once per prompt: the cap, then admission
     max_tokens = _resolve_max_tokens(limits=limits, requested=sampling.max_tokens)
-    from chats.context import message_fit_check  # the serving model's tokenizer: loaded on first use
-
     token_count = message_fit_check(
         content=content,
         context_limit_tokens=user.tier.context_limit_tokens,
@@ -92,7 +111,7 @@ def run_create(
                 model=settings.ENGINE.served_model_name,
                 reserved_tokens=ticket.cost,
             )
-            ticket.bind_on_commit(run, then=lambda: run_submit(run=run))
+            ticket.bind_on_commit(run, then=lambda: run_enqueue(run=run))
     except IntegrityError as exc:
         if "one_active_run_per_chat" in str(exc):
             raise ConflictError(
@@ -115,22 +134,82 @@ def run_cancel(*, run: Run) -> Run:
     with transaction.atomic():
         locked = Run.objects.select_for_update().get(pk=run.pk)
         if locked.status == RunStatus.QUEUED:
-            locked.status = RunStatus.CANCELLED
-            locked.finish_reason = FinishReason.CANCELLED
-            locked.finished_at = timezone.now()
-            locked.save(update_fields=["status", "finish_reason", "finished_at"])
-            run_account_end(run=locked)  # leaves the scheduler queue and refunds its reservation on commit
+            _end_run(locked, status=RunStatus.CANCELLED)  # leaves the scheduler queue, refunds on commit
         elif locked.status == RunStatus.STREAMING:
             locked.status = RunStatus.CANCELLING
             locked.save(update_fields=["status"])
             run_id = locked.pk
-            transaction.on_commit(lambda: run_signal_cancel(run_id=run_id))
+            transaction.on_commit(lambda: signal_cancel(run_id=run_id))
     return locked
 
 
-def run_cancel_all_for_chat(*, chat: Chat) -> None:
+@transaction.atomic
+def chat_delete(*, chat: Chat) -> None:
+    """Deletes the chat and everything in it. Active runs are cancelled first so workers stop generating.
+
+    Lives with the runs (a layer above ``chats``) because it must end them: refunds, queue exit, the
+    worker's abort. Locks the chat row (``SELECT ... FOR UPDATE``) like ``run_create`` does, so a prompt
+    posted at the same moment either lands before (and its run is cancelled here) or finds the chat gone.
+    """
+    Chat.objects.select_for_update().filter(pk=chat.pk).first()
     for run in Run.objects.filter(chat=chat, status__in=ACTIVE_STATUSES):
         run_cancel(run=run)
+    chat.delete()
+
+
+def _end_run(
+    run: Run,
+    *,
+    status: RunStatus,
+    finish_reason: FinishReason | None = None,
+    error: str = "",
+    result: GenerationResult | None = None,
+    message: Message | None = None,
+) -> Run:
+    """Ends ``run`` with ``status``: the one place a run becomes terminal.
+
+    Call inside the transaction that holds the run's row lock (``SELECT ... FOR UPDATE``). Writes the status,
+    the finish reason (``cancelled`` and ``error`` follow from the status), ``error``, the counts of
+    ``result`` and the assistant ``message``; records usage now and, on commit, refunds the reservation,
+    appends the terminal stream event and clears a pending cancel signal.
+    """
+    if not status.is_terminal:
+        raise ValueError(f"{status} is not a terminal status")
+    if finish_reason is None:
+        finish_reason = {RunStatus.CANCELLED: FinishReason.CANCELLED, RunStatus.FAILED: FinishReason.ERROR}.get(
+            status, FinishReason.STOP
+        )
+    run.status = status
+    run.finish_reason = finish_reason
+    run.finished_at = timezone.now()
+    fields = ["status", "finish_reason", "finished_at"]
+    if error:
+        run.error = error
+        fields.append("error")
+    if result is not None:
+        run.input_tokens = result.input_tokens
+        run.output_tokens = result.output_tokens
+        fields += ["input_tokens", "output_tokens"]
+    if message is not None:
+        run.assistant_message = message
+        fields.append("assistant_message")
+    run.save(update_fields=fields)
+    run_account_end(run=run)
+    transaction.on_commit(lambda: _announce_end(run))
+    return run
+
+
+def _announce_end(run: Run) -> None:
+    """After commit: the terminal event on the run's stream (and the cancel flag gone). A Redis failure is
+    logged, not raised: the end is in Postgres, and the SSE endpoint rebuilds the terminal event from it."""
+    try:
+        writer = RunStreamWriter(run.pk)
+        event, data = run_terminal_event(run)
+        writer.append(event, data)
+        if run.status == RunStatus.CANCELLED:
+            writer.client.delete(cancel_key(run.pk))
+    except redis.RedisError:
+        logger.exception("run %s ended but its terminal event could not be written", run.pk)
 
 
 # Worker-side transitions. Each locks the run row (``SELECT ... FOR UPDATE``) because a cancel, the reaper
@@ -146,28 +225,17 @@ def run_mark_streaming(*, run_id: int, worker: str) -> tuple[Run, bool]:
     """
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
-        now = timezone.now()
         if run.is_terminal:
             return run, False
         if run.status == RunStatus.CANCELLING:
-            run.status = RunStatus.CANCELLED
-            run.finish_reason = FinishReason.CANCELLED
-            run.finished_at = now
-            run.save(update_fields=["status", "finish_reason", "finished_at"])
-            run_account_end(run=run)
-            return run, True
+            return _end_run(run, status=RunStatus.CANCELLED), True
         if run.attempts >= settings.WORKERS.max_attempts:
-            run.status = RunStatus.FAILED
-            run.finish_reason = FinishReason.ERROR
-            run.error = f"Generation was started {run.attempts} times and never finished; giving up."
-            run.finished_at = now
-            run.save(update_fields=["status", "finish_reason", "error", "finished_at"])
-            run_account_end(run=run)
-            return run, True
+            error = f"Generation was started {run.attempts} times and never finished; giving up."
+            return _end_run(run, status=RunStatus.FAILED, error=error), True
         run.status = RunStatus.STREAMING
         run.attempts += 1
         run.worker = worker
-        run.started_at = now
+        run.started_at = timezone.now()
         run.first_token_at = None
         run.save(update_fields=["status", "attempts", "worker", "started_at", "first_token_at"])
         return run, True
@@ -177,17 +245,9 @@ def run_mark_first_token(*, run_id: int, attempt: int) -> None:
     Run.objects.filter(pk=run_id, attempts=attempt, first_token_at__isnull=True).update(first_token_at=timezone.now())
 
 
-@dataclass(frozen=True)
-class GenerationResult:
-    text: str
-    input_tokens: int
-    output_tokens: int
-    finish_reason: str
-    """The engine's reason: ``stop``, ``length`` or ``abort``."""
-
-
 def run_finish(*, run_id: int, attempt: int, result: GenerationResult) -> Run | None:
-    """Writes the assistant message, the counts and the final status in one transaction.
+    """Ends the attempt's run with its result: the assistant message, the counts and the final status, in one
+    transaction.
 
     Returns None when this attempt no longer owns the run (a later attempt took over, or it was failed).
     A run that was being cancelled (or whose request the engine aborted) ends ``cancelled`` and keeps the
@@ -197,35 +257,20 @@ def run_finish(*, run_id: int, attempt: int, result: GenerationResult) -> Run | 
         run = Run.objects.select_for_update().select_related("chat").get(pk=run_id)
         if run.status not in (RunStatus.STREAMING, RunStatus.CANCELLING) or run.attempts != attempt:
             return None
-        now = timezone.now()
-        cancelled = run.status == RunStatus.CANCELLING or result.finish_reason == "abort"
-        if cancelled:
-            run.status = RunStatus.CANCELLED
-            run.finish_reason = FinishReason.CANCELLED
-        else:
-            run.status = RunStatus.DONE
-            run.finish_reason = FinishReason.LENGTH if result.finish_reason == "length" else FinishReason.STOP
+        engine_finish = EngineFinishReason(result.finish_reason)
+        cancelled = run.status == RunStatus.CANCELLING or engine_finish == EngineFinishReason.ABORT
+        message = None
         if result.text or not cancelled:
-            run.assistant_message = Message.objects.create(
+            message = Message.objects.create(
                 chat=run.chat, role=MessageRole.ASSISTANT, content=result.text, token_count=result.output_tokens
             )
-        run.input_tokens = result.input_tokens
-        run.output_tokens = result.output_tokens
-        run.finished_at = now
-        run.save(
-            update_fields=[
-                "status",
-                "finish_reason",
-                "assistant_message",
-                "input_tokens",
-                "output_tokens",
-                "finished_at",
-            ]
-        )
-        run_account_end(run=run)
-        Chat.objects.filter(pk=run.chat_id).update(updated_at=now, last_worker=run.worker)
-        from chats.tasks import chat_summary_schedule_after_turn  # the rolling summary, when it is due
-
+        if cancelled:
+            _end_run(run, status=RunStatus.CANCELLED, result=result, message=message)
+        else:
+            _end_run(
+                run, status=RunStatus.DONE, finish_reason=_ENGINE_FINISH[engine_finish], result=result, message=message
+            )
+        Chat.objects.filter(pk=run.chat_id).update(updated_at=run.finished_at, last_worker=run.worker)
         chat_id = run.chat_id
         transaction.on_commit(lambda: chat_summary_schedule_after_turn(chat_id=chat_id))
         return run
@@ -237,13 +282,7 @@ def run_fail(*, run_id: int, error: str, attempt: int | None = None) -> Run | No
         run = Run.objects.select_for_update().get(pk=run_id)
         if run.is_terminal or (attempt is not None and run.attempts != attempt):
             return None
-        run.status = RunStatus.FAILED
-        run.finish_reason = FinishReason.ERROR
-        run.error = error
-        run.finished_at = timezone.now()
-        run.save(update_fields=["status", "finish_reason", "error", "finished_at"])
-        run_account_end(run=run)
-        return run
+        return _end_run(run, status=RunStatus.FAILED, error=error)
 
 
 def run_requeue_orphan(*, run_id: int, worker: str) -> Run | None:
@@ -257,14 +296,9 @@ def run_requeue_orphan(*, run_id: int, worker: str) -> Run | None:
         if run.status not in (RunStatus.STREAMING, RunStatus.CANCELLING) or run.worker != worker:
             return None
         if run.status == RunStatus.CANCELLING:
-            run.status = RunStatus.CANCELLED
-            run.finish_reason = FinishReason.CANCELLED
-            run.finished_at = timezone.now()
-            run.save(update_fields=["status", "finish_reason", "finished_at"])
-            run_account_end(run=run)
-            return run
+            return _end_run(run, status=RunStatus.CANCELLED)
         run.status = RunStatus.QUEUED
         run.worker = ""
         run.save(update_fields=["status", "worker"])
-        transaction.on_commit(lambda: run_submit(run=run))
+        transaction.on_commit(lambda: run_enqueue(run=run))
         return run

@@ -25,6 +25,26 @@ class TierGate:
     """Dispatch only when the engines are idle (batch): nothing waiting and few slots busy."""
 
 
+def parse_gates(spec: str) -> dict[str, TierGate]:
+    """``"pro=4:2.0,plus=2:1.0,batch=1:0.5:idle"`` (``SCHED_GATES``) as one gate per tier.
+
+    Raises ``ValueError`` naming the item that is not ``tier=max_waiting:max_tpot_s[:idle]``.
+    """
+    gates: dict[str, TierGate] = {}
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        name, _, rule = item.partition("=")
+        fields = rule.split(":")
+        try:
+            if not name.strip() or len(fields) not in (2, 3) or (len(fields) == 3 and fields[2] != "idle"):
+                raise ValueError(item)
+            gates[name.strip()] = TierGate(
+                max_waiting=int(fields[0]), max_tpot_s=float(fields[1]), only_when_idle=len(fields) == 3
+            )
+        except ValueError:
+            raise ValueError(f"SCHED_GATES item {item!r} is not tier=max_waiting:max_tpot_s[:idle]") from None
+    return gates
+
+
 @dataclass(frozen=True)
 class EngineSample:
     """One worker's reported load (from its heartbeat)."""

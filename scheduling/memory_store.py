@@ -113,6 +113,10 @@ class MemoryQueueStore:
         with self._lock:
             return self._positions.get(run_id)
 
+    def positions(self, run_ids: list[int]) -> dict[int, Position]:
+        with self._lock:
+            return {rid: self._positions[rid] for rid in run_ids if rid in self._positions}
+
     def add_refund(self, *, tier: str, user_id: int, amount: float) -> None:
         if amount > 0:
             with self._lock:

@@ -174,6 +174,19 @@ class RedisQueueStore:
         data = json.loads(raw)
         return Position(queue_position=int(data["queue_position"]), estimated_wait_s=data["estimated_wait_s"])
 
+    def positions(self, run_ids: list[int]) -> dict[int, Position]:
+        if not run_ids:
+            return {}
+        raws = self.client.hmget(POSITIONS_KEY, [str(rid) for rid in run_ids])
+        out: dict[int, Position] = {}
+        for run_id, raw in zip(run_ids, raws, strict=True):
+            if raw:
+                data = json.loads(raw)
+                out[run_id] = Position(
+                    queue_position=int(data["queue_position"]), estimated_wait_s=data["estimated_wait_s"]
+                )
+        return out
+
     # -- dispatcher side ---------------------------------------------------------------------------
 
     def _backlogged(self) -> list[tuple[str, int]]:

@@ -21,7 +21,7 @@ What both guarantee:
 * Refunds accumulate per ``(tier, user)`` until the dispatcher takes them; the policy state is an opaque JSON-able
   dict; leadership is a lock with a time to live held by one token at a time.
 
-The Redis key names stay here, not in ``redis_store``: ``scheduling.admission``'s Lua script reads the queue depth
+The Redis key names stay here, not in ``redis_store``: ``scheduling.token_bucket``'s Lua script reads the queue depth
 (``queued_key``) and the dispatch rate (``RATE_KEY``) in the same round trip as the bucket.
 """
 
@@ -101,6 +101,10 @@ class QueueStore(Protocol):
 
     def position(self, run_id: int) -> Position | None:
         """The queued run's last forecast position and wait; None when it has none (dispatched, or not yet)."""
+        ...
+
+    def positions(self, run_ids: list[int]) -> dict[int, Position]:
+        """:meth:`position` of several runs in one read; runs without a position are absent."""
         ...
 
     def add_refund(self, *, tier: str, user_id: int, amount: float) -> None:

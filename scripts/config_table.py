@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Prints the README's "Configuration" table: every environment variable the settings read, with its default.
 
-Reads ``chatproject/config.py`` (typed dataclasses; each field's docstring is its description) and
+Reads ``core/config.py`` (typed dataclasses; each field's docstring is its description) and
 ``chatproject/settings/base.py`` (the Django settings) with ``ast``, so nothing is imported and nothing drifts.
 After adding a variable run ``python scripts/config_table.py --write``: it rewrites the table in README.md
-(without ``--write`` it prints the table). ``tests/chatproject/test_project_files.py`` fails while a variable is
+(without ``--write`` it prints the table). ``tests/project/test_project_files.py`` fails while a variable is
 missing from the README.
 """
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CONFIG = ROOT / "chatproject" / "config.py"
+CONFIG = ROOT / "core" / "config.py"
 SETTINGS = ROOT / "chatproject" / "settings" / "base.py"
 
 # Django settings have no dataclass docstrings: their descriptions live here.
@@ -119,7 +119,8 @@ def config_variables() -> list[Variable]:
                 call = _env_call(keyword.value)
                 if call is None or keyword.arg is None:
                     continue
-                assert isinstance(call.func, ast.Attribute) and isinstance(call.args[0], ast.Constant)
+                if not (isinstance(call.func, ast.Attribute) and isinstance(call.args[0], ast.Constant)):
+                    raise TypeError(f"line {call.lineno}: env.<type>(...) must name its variable as a literal")
                 found.append(
                     Variable(
                         name=str(call.args[0].value),

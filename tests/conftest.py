@@ -8,7 +8,7 @@ from django.conf import settings
 from rest_framework.test import APIClient
 
 from accounts.models import User
-from chatproject.redis_client import get_redis
+from core.redis_client import get_redis
 from tests.factories import UserFactory
 
 
@@ -35,12 +35,12 @@ def default_tiers(request: pytest.FixtureRequest) -> None:
 
 @pytest.fixture
 def user(db: None) -> User:
-    return UserFactory()
+    return UserFactory.create()
 
 
 @pytest.fixture
 def other_user(db: None) -> User:
-    return UserFactory()
+    return UserFactory.create()
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ class UserFactory(factory.django.DjangoModelFactory[User]):
 
     @classmethod
     def with_tier(cls, name: str, **kwargs: Any) -> User:
-        return cls(tier=Tier.objects.get(name=name), **kwargs)
+        return cls.create(tier=Tier.objects.get(name=name), **kwargs)
 
 
 class ChatFactory(factory.django.DjangoModelFactory[Chat]):

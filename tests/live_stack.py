@@ -108,8 +108,8 @@ def _warm_up(base_url: str, *, with_worker: bool) -> None:
     from runs.models import TERMINAL_STATUSES, Run
     from tests.factories import ChatFactory, UserFactory
 
-    user = UserFactory(username=f"{LABEL}-warm-up")
-    chat = ChatFactory(owner=user)
+    user = UserFactory.create(username=f"{LABEL}-warm-up")
+    chat = ChatFactory.create(owner=user)
     token = Token.objects.create(user=user)
     request = urllib.request.Request(
         f"{base_url}/api/chats/{chat.pk}/messages",

@@ -10,6 +10,7 @@ import redis
 
 from accounts.limits import EffectiveLimits, user_limits
 from accounts.models import User
+from runs.quota import bucket_limits, get_admission
 
 logger = logging.getLogger(__name__)
 
@@ -25,19 +26,8 @@ class AccountSummary:
 
 def remaining_budget(*, user: User, limits: EffectiveLimits) -> int | None:
     """The user's token bucket as admission sees it now (read only: refilled, not written back)."""
-    from runs.admission import get_admission
-    from scheduling.admission import Limits
-
     try:
-        tokens = get_admission().bucket_tokens(
-            user_id=user.pk,
-            limits=Limits(
-                bucket_capacity_tokens=limits.bucket_capacity_tokens,
-                bucket_refill_per_s=limits.bucket_refill_per_s,
-                max_concurrent_runs=limits.max_concurrent_runs,
-                queue_depth_limit=limits.queue_depth_limit,
-            ),
-        )
+        tokens = get_admission().bucket_tokens(user_id=user.pk, limits=bucket_limits(limits))
     except redis.RedisError:
         logger.warning("cannot read the token bucket of user %s", user.pk, exc_info=True)
         return None

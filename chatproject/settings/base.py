@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import django_stubs_ext
 
-from chatproject.config import (
+from core.config import (
     BASE_DIR,
     chat_limits_from_env,
     context_config_from_env,
@@ -14,6 +14,7 @@ from chatproject.config import (
     stream_config_from_env,
     worker_config_from_env,
 )
+from scheduling.gate import parse_gates
 
 django_stubs_ext.monkeypatch()
 
@@ -35,6 +36,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "django_eventstream",
     "accounts",
+    "deployments",
     "chats",
     "runs",
     "inference_workers",
@@ -98,7 +100,7 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "chatproject.exceptions.api_exception_handler",
+    "EXCEPTION_HANDLER": "core.errors.api_exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 
@@ -115,6 +117,7 @@ STREAMS = stream_config_from_env()
 CHAT_LIMITS = chat_limits_from_env()
 WORKERS = worker_config_from_env()
 SCHEDULER = scheduler_config_from_env()
+parse_gates(SCHEDULER.gates_spec)  # a malformed SCHED_GATES fails at start, not when the dispatcher builds
 CONTEXT = context_config_from_env()
 
 LOGGING = {

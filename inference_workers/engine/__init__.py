@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chatproject.config import EngineConfig
+from core.config import EngineConfig
 from inference_workers.engine.base import EngineStats, GenerationDelta, GenerationRequest, InferenceEngine
 
 __all__ = ["EngineStats", "GenerationDelta", "GenerationRequest", "InferenceEngine", "build_engine"]
@@ -11,6 +11,7 @@ __all__ = ["EngineStats", "GenerationDelta", "GenerationRequest", "InferenceEngi
 def build_engine(config: EngineConfig) -> InferenceEngine:
     """The engine ``config.backend`` names: ``vllm`` (default) or ``simulated``."""
     if config.backend == "vllm":
+        # Only the chosen engine's module is loaded (the vLLM one reaches for vllm and torch).
         from inference_workers.engine.vllm_engine import VllmEngine
 
         return VllmEngine(config)

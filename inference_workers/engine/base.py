@@ -7,6 +7,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from core.generation import EngineFinishReason
+
 
 @dataclass(frozen=True)
 class GenerationRequest:
@@ -27,8 +29,8 @@ class GenerationDelta:
     new_tokens: int
     prompt_tokens: int | None = None
     """Set on the first delta: the prompt's length in tokens as the engine counted it."""
-    finish_reason: str | None = None
-    """``stop``, ``length`` or ``abort`` on the last delta; None before."""
+    finish_reason: EngineFinishReason | None = None
+    """Set on the last delta; None before."""
 
     @property
     def finished(self) -> bool:

@@ -15,7 +15,7 @@ from collections.abc import Coroutine, Iterator
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from chatproject.config import EngineConfig
+from core.config import EngineConfig
 from inference_workers.engine import build_engine
 from inference_workers.engine.base import EngineStats, GenerationDelta, GenerationRequest, InferenceEngine
 

@@ -17,7 +17,8 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from chatproject.config import EngineConfig
+from core.config import EngineConfig
+from core.generation import EngineFinishReason
 from inference_workers.engine.base import EngineStats, GenerationDelta, GenerationRequest, TpotWindow
 
 _WORDS = (
@@ -76,7 +77,8 @@ class SimulatedEngine:
         )
         self._seqs[request.request_id] = seq
         heapq.heappush(self._waiting, (request.priority, next(self._order), request.request_id))
-        assert self._wake is not None, "start() the engine first"
+        if self._wake is None:
+            raise RuntimeError("start() the engine first")
         self._wake.set()
         try:
             while True:
@@ -86,12 +88,12 @@ class SimulatedEngine:
                     return
         finally:
             if not seq.done:
-                self._finish(seq, "abort", emit=False)
+                self._finish(seq, EngineFinishReason.ABORT, emit=False)
 
     async def abort(self, request_id: str) -> None:
         seq = self._seqs.get(request_id)
         if seq is not None and not seq.done:
-            self._finish(seq, "abort")
+            self._finish(seq, EngineFinishReason.ABORT)
 
     def stats(self) -> EngineStats:
         used = sum(self._seqs[r].prompt_tokens + self._seqs[r].produced for r in self._running)
@@ -108,7 +110,7 @@ class SimulatedEngine:
             self._loop_task.cancel()
             self._loop_task = None
 
-    def _finish(self, seq: _Sequence, reason: str, *, emit: bool = True) -> None:
+    def _finish(self, seq: _Sequence, reason: EngineFinishReason, *, emit: bool = True) -> None:
         seq.done = True
         rid = seq.request.request_id
         self._seqs.pop(rid, None)
@@ -138,7 +140,8 @@ class SimulatedEngine:
         return prefill_tokens
 
     async def _run(self) -> None:
-        assert self._wake is not None
+        if self._wake is None:
+            raise RuntimeError("start() the engine first")
         cfg = self.config
         while True:
             if not self._running and not self._waiting:
@@ -160,9 +163,9 @@ class SimulatedEngine:
                 seq.produced += 1
                 finish = None
                 if seq.produced >= seq.request.max_tokens:
-                    finish = "length"
+                    finish = EngineFinishReason.LENGTH
                 elif seq.produced >= seq.target_tokens:
-                    finish = "stop"
+                    finish = EngineFinishReason.STOP
                 seq.out.put_nowait(
                     GenerationDelta(
                         text=text,

@@ -11,7 +11,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from chatproject.config import EngineConfig
+from core.config import EngineConfig
+
+# vllm itself is imported inside the methods that need it: importing it takes seconds and pulls in torch, and
+# the web tier, the dispatcher and the simulated-engine tests import this module without ever building an engine.
+from core.generation import EngineFinishReason
 from inference_workers.engine.base import EngineStats, GenerationDelta, GenerationRequest, TpotWindow
 
 logger = logging.getLogger(__name__)
@@ -132,9 +136,7 @@ class VllmEngine:
         first = True
         async for output in self._llm.generate(request.prompt, params, request.request_id, priority=request.priority):
             completion = output.outputs[0]
-            finish = completion.finish_reason if output.finished else None
-            if output.finished and finish is None:
-                finish = "abort"
+            finish = _finish_reason(completion.finish_reason) if output.finished else None
             yield GenerationDelta(
                 text=completion.text,
                 new_tokens=len(completion.token_ids),
@@ -153,3 +155,13 @@ class VllmEngine:
         if self._llm is not None:
             self._llm.shutdown()
             self._llm = None
+
+
+def _finish_reason(reason: str | None) -> EngineFinishReason:
+    """vLLM's finish reason of a finished output: none means it was aborted; one we do not know ends like a stop."""
+    if reason is None:
+        return EngineFinishReason.ABORT
+    try:
+        return EngineFinishReason(reason)
+    except ValueError:
+        return EngineFinishReason.STOP

@@ -26,10 +26,10 @@ def admin_client_with_rows() -> Client:
     for tier in ("free", "pro"):
         owner = UserFactory.with_tier(tier)
         Token.objects.create(user=owner)
-        chat = ChatFactory(owner=owner)
-        answer = MessageFactory(chat=chat, role="assistant", content="an answer " * 20)
-        RunFactory(chat=chat, status=RunStatus.DONE, finish_reason=FinishReason.STOP, assistant_message=answer)
-        RunFactory(chat=ChatFactory(owner=owner), status=RunStatus.QUEUED)
+        chat = ChatFactory.create(owner=owner)
+        answer = MessageFactory.create(chat=chat, role="assistant", content="an answer " * 20)
+        RunFactory.create(chat=chat, status=RunStatus.DONE, finish_reason=FinishReason.STOP, assistant_message=answer)
+        RunFactory.create(chat=ChatFactory.create(owner=owner), status=RunStatus.QUEUED)
     client = Client()
     client.force_login(superuser)
     return client

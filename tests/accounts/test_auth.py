@@ -15,7 +15,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def alice() -> User:
-    user = UserFactory(username="alice")
+    user = UserFactory.create(username="alice")
     user.set_password("s3cret-pass")
     user.save()
     return user

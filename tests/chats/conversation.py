@@ -10,13 +10,14 @@ from dataclasses import dataclass, field
 import pytest
 from django.conf import settings
 
-from chatproject.config import EngineConfig
-from chats.context import PromptPlan, plan_run_prompt
+from chats.context import PromptPlan
 from chats.models import Chat, MessageRole
 from chats.summary import chat_summary_is_due
+from core.config import EngineConfig
+from deployments.tokenizer import apply_chat_template, count_tokens, get_tokenizer
 from inference_workers.engine.simulated import SimulatedEngine
+from inference_workers.prompting import plan_run_prompt
 from inference_workers.runtime import WorkerRuntime, start_runtime, stop_runtime
-from inference_workers.tokenizer import apply_chat_template, count_tokens, get_tokenizer
 from runs.models import Run, RunStatus
 from tests.factories import MessageFactory, RunFactory
 
@@ -56,10 +57,10 @@ class Conversation:
     records: list[TurnRecord] = field(default_factory=list)
 
     def turn(self, question: str, answer: str) -> TurnRecord:
-        message = MessageFactory(
+        message = MessageFactory.create(
             chat=self.chat, role=MessageRole.USER, content=question, token_count=count_tokens(question)
         )
-        run: Run = RunFactory(
+        run: Run = RunFactory.create(
             chat=self.chat,
             user=self.chat.owner,
             user_message=message,
@@ -71,7 +72,9 @@ class Conversation:
         record = TurnRecord(
             plan=plan, ids=prompt_ids(plan), summary=run.chat.summary, summary_through_id=run.chat.summary_through_id
         )
-        MessageFactory(chat=self.chat, role=MessageRole.ASSISTANT, content=answer, token_count=count_tokens(answer))
+        MessageFactory.create(
+            chat=self.chat, role=MessageRole.ASSISTANT, content=answer, token_count=count_tokens(answer)
+        )
         self.chat.refresh_from_db()
         if chat_summary_is_due(chat=self.chat):
             self.summarize(self.chat.pk)
@@ -96,7 +99,8 @@ def fast_simulated_engine_config() -> EngineConfig:
 
 @pytest.fixture(scope="module")
 def simulated_worker_runtime() -> Iterator[WorkerRuntime]:
-    """This process's worker runtime (what ``chats.tasks.chat_summarize`` generates with), simulated engine."""
+    """This process's worker runtime (what ``inference_workers.tasks.chat_summarize`` generates with), on the
+    simulated engine."""
     config = fast_simulated_engine_config()
     runtime = start_runtime(worker_name="summary-sim@test", engine=SimulatedEngine(config))
     yield runtime

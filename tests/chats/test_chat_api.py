@@ -34,8 +34,8 @@ def test_create_chat_without_title(api: APIClient, user: User) -> None:
 
 
 def test_get_patch_delete_own_chat(api: APIClient, user: User) -> None:
-    chat = ChatFactory(owner=user, title="old")
-    MessageFactory(chat=chat)
+    chat = ChatFactory.create(owner=user, title="old")
+    MessageFactory.create(chat=chat)
 
     assert api.get(f"/api/chats/{chat.pk}").json()["title"] == "old"
 
@@ -55,7 +55,7 @@ def test_get_patch_delete_own_chat(api: APIClient, user: User) -> None:
     [({}, "title"), ({"title": 5}, "must be a string"), ({"title": "x" * 201}, "200"), ({"title": None}, "null")],
 )
 def test_patch_chat_validation(api: APIClient, user: User, body: dict[str, object], fragment: str) -> None:
-    chat = ChatFactory(owner=user, title="keep")
+    chat = ChatFactory.create(owner=user, title="keep")
     resp = api.patch(f"/api/chats/{chat.pk}", body, format="json")
     assert resp.status_code == 400
     assert fragment in resp.json()["error"]["message"]
@@ -64,8 +64,8 @@ def test_patch_chat_validation(api: APIClient, user: User, body: dict[str, objec
 
 
 def _others_chat_with_queued_run(owner: User) -> tuple[Chat, Run]:
-    chat = ChatFactory(owner=owner, title="private")
-    run = RunFactory(chat=chat, status=RunStatus.QUEUED)
+    chat = ChatFactory.create(owner=owner, title="private")
+    run = RunFactory.create(chat=chat, status=RunStatus.QUEUED)
     return chat, run
 
 
@@ -140,8 +140,8 @@ def test_anonymous_requests_are_refused(method: str, template: str, other_user: 
 
 
 def test_chat_list_shows_only_own_chats(api: APIClient, user: User, other_user: User) -> None:
-    mine = ChatFactory(owner=user)
-    ChatFactory(owner=other_user)
+    mine = ChatFactory.create(owner=user)
+    ChatFactory.create(owner=other_user)
     assert [c["id"] for c in api.get("/api/chats").json()["results"]] == [mine.pk]
 
 
@@ -151,7 +151,7 @@ def test_chat_list_shows_only_own_chats(api: APIClient, user: User, other_user: 
 )
 @pytest.mark.parametrize("url", ["/api/chats", "/api/chats/{chat}/messages", "/api/chats/{chat}"])
 def test_malformed_json_is_400(api: APIClient, user: User, raw: bytes, url: str) -> None:
-    chat = ChatFactory(owner=user)
+    chat = ChatFactory.create(owner=user)
     path = url.format(chat=chat.pk)
     method = api.patch if url == "/api/chats/{chat}" else api.post
     resp = method(path, raw, content_type="application/json")
@@ -163,7 +163,7 @@ def test_malformed_json_is_400(api: APIClient, user: User, raw: bytes, url: str)
 
 @pytest.mark.parametrize("raw", [b"[]", b'"text"', b"123", b"null"])
 def test_json_that_is_not_an_object_is_400(api: APIClient, user: User, raw: bytes) -> None:
-    chat = ChatFactory(owner=user)
+    chat = ChatFactory.create(owner=user)
     for path in ("/api/chats", f"/api/chats/{chat.pk}/messages"):
         resp = api.post(path, raw, content_type="application/json")
         assert resp.status_code == 400, resp.content
@@ -180,7 +180,7 @@ def test_form_encoded_body_is_415(api: APIClient, user: User) -> None:
 
 def test_a_body_over_the_upload_limit_is_413_with_a_json_error(api: APIClient, user: User, settings: Settings) -> None:
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
-    chat = ChatFactory(owner=user)
+    chat = ChatFactory.create(owner=user)
     body = json.dumps({"content": "x" * 2000})
 
     resp = api.post(f"/api/chats/{chat.pk}/messages", body, content_type="application/json")

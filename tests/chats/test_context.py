@@ -20,9 +20,9 @@ from chats.context import (
     rendered_token_count,
 )
 from chats.models import Message
-from chats.tasks import chat_summarize
+from deployments.tokenizer import count_tokens
 from inference_workers.runtime import WorkerRuntime
-from inference_workers.tokenizer import count_tokens
+from inference_workers.tasks import chat_summarize
 from runs.models import Run
 from tests.chats.conversation import Conversation, sentence_of, simulated_worker_runtime
 from tests.factories import ChatFactory
@@ -129,7 +129,7 @@ def test_a_300_turn_chat_never_exceeds_the_window(
     user: User, settings: Settings, simulated_worker_runtime: WorkerRuntime
 ) -> None:
     rng = random.Random(300)
-    chat = ChatFactory(owner=user)
+    chat = ChatFactory.create(owner=user)
     window = min(user.tier.context_limit_tokens, settings.ENGINE.max_model_len)
     max_tokens = 256
     conversation = Conversation(chat=chat, max_tokens=max_tokens, summarize=lambda pk: chat_summarize.apply(args=[pk]))
@@ -156,7 +156,7 @@ def test_between_refreshes_each_prompt_begins_with_the_whole_previous_prompt(
 ) -> None:
     settings.CONTEXT = dataclasses.replace(settings.CONTEXT, summary_refresh_every_turns=4)
     rng = random.Random(7)
-    chat = ChatFactory(owner=user)
+    chat = ChatFactory.create(owner=user)
     conversation = Conversation(chat=chat, max_tokens=256, summarize=lambda pk: chat_summarize.apply(args=[pk]))
     for _ in range(40):
         conversation.turn(sentence_of(rng, rng.randint(20, 45)), sentence_of(rng, rng.randint(50, 110)))
@@ -179,7 +179,7 @@ def test_between_refreshes_each_prompt_begins_with_the_whole_previous_prompt(
 
 @pytest.mark.django_db
 def test_a_message_that_cannot_fit_alone_gets_a_400(api: APIClient, user: User, settings: Settings) -> None:
-    chat = ChatFactory(owner=user, title="")
+    chat = ChatFactory.create(owner=user, title="")
     huge = sentence_of(random.Random(3), 2500)
 
     resp = api.post(f"/api/chats/{chat.pk}/messages", {"content": huge}, format="json")
@@ -196,7 +196,7 @@ def test_a_message_that_cannot_fit_alone_gets_a_400(api: APIClient, user: User, 
 
 @pytest.mark.django_db
 def test_a_long_message_that_fits_is_accepted_with_its_token_count(api: APIClient, user: User) -> None:
-    chat = ChatFactory(owner=user, title="")
+    chat = ChatFactory.create(owner=user, title="")
     long = sentence_of(random.Random(4), 900)
 
     resp = api.post(f"/api/chats/{chat.pk}/messages", {"content": long}, format="json")
@@ -208,7 +208,7 @@ def test_a_long_message_that_fits_is_accepted_with_its_token_count(api: APIClien
 @pytest.mark.django_db
 def test_the_limit_depends_on_the_requested_output(api: APIClient, user: User) -> None:
     """Asking for a shorter answer leaves room for a longer message."""
-    chat = ChatFactory(owner=user, title="")
+    chat = ChatFactory.create(owner=user, title="")
     message = sentence_of(random.Random(5), 1700)
     assert 2048 - 512 < count_tokens(message) < 2048 - 16 - 64  # the free tier's window, less the answer
 
@@ -221,20 +221,22 @@ def test_the_limit_depends_on_the_requested_output(api: APIClient, user: User) -
 
 @pytest.mark.django_db
 def test_a_chats_own_system_message_replaces_the_default_system_prompt(settings: Settings) -> None:
-    from chats.context import build_prompt_messages
     from chats.models import MessageRole
+    from inference_workers.prompting import build_prompt_messages
     from tests.factories import MessageFactory, RunFactory
 
-    chat = ChatFactory()
-    MessageFactory(chat=chat, role=MessageRole.SYSTEM, content="Answer in French.")
-    MessageFactory(chat=chat, role=MessageRole.USER, content="Hi")
-    MessageFactory(chat=chat, role=MessageRole.ASSISTANT, content="Bonjour.")
-    run = RunFactory(chat=chat, user=chat.owner, user_message=MessageFactory(chat=chat, content="Name a colour."))
+    chat = ChatFactory.create()
+    MessageFactory.create(chat=chat, role=MessageRole.SYSTEM, content="Answer in French.")
+    MessageFactory.create(chat=chat, role=MessageRole.USER, content="Hi")
+    MessageFactory.create(chat=chat, role=MessageRole.ASSISTANT, content="Bonjour.")
+    run = RunFactory.create(
+        chat=chat, user=chat.owner, user_message=MessageFactory.create(chat=chat, content="Name a colour.")
+    )
     assert build_prompt_messages(run=run) == [
         {"role": "system", "content": "Answer in French."},
         {"role": "user", "content": "Hi"},
         {"role": "assistant", "content": "Bonjour."},
         {"role": "user", "content": "Name a colour."},
     ]
-    plain = RunFactory()
+    plain = RunFactory.create()
     assert build_prompt_messages(run=plain)[0] == {"role": "system", "content": settings.CONTEXT.system_prompt}

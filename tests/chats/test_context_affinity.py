@@ -14,9 +14,9 @@ from celery import Celery
 from django.conf import settings
 from pytest_django.fixtures import Settings
 
+from core.worker_contract import GENERATE_TASK, WorkerHeartbeat, heartbeat_key
 from inference_workers.affinity import consume_own_queue
-from inference_workers.dispatch import GENERATE_TASK, send_to_worker
-from inference_workers.heartbeats import WorkerHeartbeat, heartbeat_key
+from runs.routing import send_to_worker
 from scheduling.affinity import WorkerLoad, choose_route, worker_queue
 from tests.factories import ChatFactory, RunFactory
 
@@ -79,9 +79,9 @@ def _sent_to(queue: str) -> list[list[int]]:
 
 @pytest.mark.django_db
 def test_send_to_worker_pins_a_run_to_its_chats_previous_worker(clean_redis: redis.Redis, settings: Settings) -> None:
-    chat = ChatFactory(last_worker="gpu-a@host")
-    run = RunFactory(chat=chat)
-    fresh = RunFactory()  # a chat nobody served yet
+    chat = ChatFactory.create(last_worker="gpu-a@host")
+    run = RunFactory.create(chat=chat)
+    fresh = RunFactory.create()  # a chat nobody served yet
     for queue in ("free", worker_queue("gpu-a@host")):
         _sent_to(queue)
 

@@ -11,8 +11,8 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from accounts.models import User
-from chatproject.pagination import encode_cursor
 from chats.models import Chat, Message
+from core.pagination import encode_cursor
 from tests.factories import ChatFactory, MessageFactory
 
 pytestmark = pytest.mark.django_db
@@ -44,12 +44,12 @@ def fetch_all(
 
 
 def test_chats_most_recent_activity_first(api: APIClient, user: User) -> None:
-    chats = [ChatFactory(owner=user) for _ in range(5)]
+    chats = [ChatFactory.create(owner=user) for _ in range(5)]
     base = timezone.now()
     # Activity order differs from creation order: chats[2] was active last, chats[0] next.
     for chat, minutes in zip(chats, [-1, -5, 0, -3, -4], strict=True):
         Chat.objects.filter(pk=chat.pk).update(updated_at=base + timedelta(minutes=minutes))
-    ChatFactory()  # someone else's chat never shows
+    ChatFactory.create()  # someone else's chat never shows
 
     ids = [c["id"] for c in fetch_all(api, "/api/chats", limit=2)]
 
@@ -57,7 +57,7 @@ def test_chats_most_recent_activity_first(api: APIClient, user: User) -> None:
 
 
 def test_posting_a_prompt_moves_the_chat_to_the_top(api: APIClient, user: User) -> None:
-    older, newer = ChatFactory(owner=user), ChatFactory(owner=user)
+    older, newer = ChatFactory.create(owner=user), ChatFactory.create(owner=user)
     assert [c["id"] for c in api.get("/api/chats").json()["results"]] == [newer.pk, older.pk]
 
     assert api.post(f"/api/chats/{older.pk}/messages", {"content": "hi"}, format="json").status_code == 202
@@ -66,12 +66,12 @@ def test_posting_a_prompt_moves_the_chat_to_the_top(api: APIClient, user: User) 
 
 
 def test_chat_pages_stable_while_chats_are_created(api: APIClient, user: User) -> None:
-    existing = [ChatFactory(owner=user).pk for _ in range(11)]
+    existing = [ChatFactory.create(owner=user).pk for _ in range(11)]
     created_meanwhile: list[int] = []
 
     def create_chats(_page: int) -> None:
         for _ in range(3):
-            created_meanwhile.append(ChatFactory(owner=user).pk)
+            created_meanwhile.append(ChatFactory.create(owner=user).pk)
 
     ids = [c["id"] for c in fetch_all(api, "/api/chats", limit=3, between_pages=create_chats)]
 
@@ -85,7 +85,7 @@ def test_chat_pages_stable_while_chats_are_created(api: APIClient, user: User) -
 
 def test_chat_pages_stable_when_seen_chats_get_new_messages(api: APIClient, user: User) -> None:
     """Activity on an already listed chat moves it above the cursor: it is not listed again."""
-    existing = [ChatFactory(owner=user).pk for _ in range(9)]
+    existing = [ChatFactory.create(owner=user).pk for _ in range(9)]
     ids: list[int] = []
     cursor = None
     while True:
@@ -102,7 +102,7 @@ def test_chat_pages_stable_when_seen_chats_get_new_messages(api: APIClient, user
 
 
 def test_chat_pages_break_timestamp_ties_by_id(api: APIClient, user: User) -> None:
-    chats = [ChatFactory(owner=user).pk for _ in range(7)]
+    chats = [ChatFactory.create(owner=user).pk for _ in range(7)]
     same_moment = timezone.now()
     Chat.objects.filter(pk__in=chats).update(updated_at=same_moment)
 
@@ -112,13 +112,13 @@ def test_chat_pages_break_timestamp_ties_by_id(api: APIClient, user: User) -> No
 
 
 def test_messages_newest_first_stable_while_messages_are_added(api: APIClient, user: User) -> None:
-    chat = ChatFactory(owner=user)
-    existing = [MessageFactory(chat=chat).pk for _ in range(10)]
-    MessageFactory()  # a message in another chat never shows
+    chat = ChatFactory.create(owner=user)
+    existing = [MessageFactory.create(chat=chat).pk for _ in range(10)]
+    MessageFactory.create()  # a message in another chat never shows
     added: list[int] = []
 
     def add_messages(_page: int) -> None:
-        added.extend(MessageFactory(chat=chat).pk for _ in range(2))
+        added.extend(MessageFactory.create(chat=chat).pk for _ in range(2))
 
     ids = [m["id"] for m in fetch_all(api, f"/api/chats/{chat.pk}/messages", limit=3, between_pages=add_messages)]
 
@@ -130,8 +130,8 @@ def test_messages_newest_first_stable_while_messages_are_added(api: APIClient, u
 
 
 def test_message_pages_break_timestamp_ties_by_id(api: APIClient, user: User) -> None:
-    chat = ChatFactory(owner=user)
-    ids_created = [MessageFactory(chat=chat).pk for _ in range(5)]
+    chat = ChatFactory.create(owner=user)
+    ids_created = [MessageFactory.create(chat=chat).pk for _ in range(5)]
     Message.objects.filter(pk__in=ids_created).update(created_at=timezone.now())
 
     ids = [m["id"] for m in fetch_all(api, f"/api/chats/{chat.pk}/messages", limit=2)]
@@ -141,7 +141,7 @@ def test_message_pages_break_timestamp_ties_by_id(api: APIClient, user: User) ->
 
 def test_limit_defaults_to_20_and_last_page_has_no_cursor(api: APIClient, user: User) -> None:
     for _ in range(21):
-        ChatFactory(owner=user)
+        ChatFactory.create(owner=user)
     first = api.get("/api/chats").json()
     assert len(first["results"]) == 20 and first["next_cursor"]
     second = api.get("/api/chats", {"cursor": first["next_cursor"]}).json()
@@ -150,7 +150,7 @@ def test_limit_defaults_to_20_and_last_page_has_no_cursor(api: APIClient, user: 
 
 def test_exactly_one_full_page_has_no_next_cursor(api: APIClient, user: User) -> None:
     for _ in range(3):
-        ChatFactory(owner=user)
+        ChatFactory.create(owner=user)
     body = api.get("/api/chats", {"limit": 3}).json()
     assert len(body["results"]) == 3 and body["next_cursor"] is None
 
@@ -158,7 +158,7 @@ def test_exactly_one_full_page_has_no_next_cursor(api: APIClient, user: User) ->
 @pytest.mark.parametrize("limit", ["0", "101", "-1", "abc", "1.5", "²", "9" * 40])
 @pytest.mark.parametrize("which", ["chats", "messages"])
 def test_invalid_limit_is_400(api: APIClient, user: User, limit: str, which: str) -> None:
-    chat = ChatFactory(owner=user)
+    chat = ChatFactory.create(owner=user)
     url = "/api/chats" if which == "chats" else f"/api/chats/{chat.pk}/messages"
     resp = api.get(url, {"limit": limit})
     assert resp.status_code == 400
@@ -180,7 +180,7 @@ def test_invalid_limit_is_400(api: APIClient, user: User, limit: str, which: str
 )
 @pytest.mark.parametrize("which", ["chats", "messages"])
 def test_invalid_cursor_is_400(api: APIClient, user: User, cursor: str, which: str) -> None:
-    chat = ChatFactory(owner=user)
+    chat = ChatFactory.create(owner=user)
     url = "/api/chats" if which == "chats" else f"/api/chats/{chat.pk}/messages"
     resp = api.get(url, {"cursor": cursor})
     assert resp.status_code == 400

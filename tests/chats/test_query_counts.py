@@ -19,8 +19,8 @@ def test_chat_list_query_count(
     api: APIClient, user: User, rows: int, django_assert_num_queries: DjangoAssertNumQueries
 ) -> None:
     for _ in range(rows):
-        chat = ChatFactory(owner=user)
-        RunFactory(chat=chat, status=RunStatus.DONE)
+        chat = ChatFactory.create(owner=user)
+        RunFactory.create(chat=chat, status=RunStatus.DONE)
 
     with django_assert_num_queries(1):  # the page
         resp = api.get("/api/chats", {"limit": 100})
@@ -32,9 +32,9 @@ def test_chat_list_query_count(
 def test_message_list_query_count(
     api: APIClient, user: User, rows: int, django_assert_num_queries: DjangoAssertNumQueries
 ) -> None:
-    chat = ChatFactory(owner=user)
+    chat = ChatFactory.create(owner=user)
     for _ in range(rows):
-        MessageFactory(chat=chat)
+        MessageFactory.create(chat=chat)
 
     with django_assert_num_queries(2):  # the chat (ownership), the page
         resp = api.get(f"/api/chats/{chat.pk}/messages", {"limit": 100})
@@ -49,7 +49,7 @@ def test_token_authenticated_list_query_count(
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
     for _ in range(rows):
-        ChatFactory(owner=user)
+        ChatFactory.create(owner=user)
 
     with django_assert_num_queries(2):  # the token with its user, the page
         resp = client.get("/api/chats", {"limit": 100})
@@ -60,9 +60,9 @@ def test_token_authenticated_list_query_count(
 def test_following_a_cursor_costs_no_extra_queries(
     api: APIClient, user: User, django_assert_num_queries: DjangoAssertNumQueries
 ) -> None:
-    chat = ChatFactory(owner=user)
+    chat = ChatFactory.create(owner=user)
     for _ in range(12):
-        MessageFactory(chat=chat)
+        MessageFactory.create(chat=chat)
     cursor = api.get(f"/api/chats/{chat.pk}/messages", {"limit": 5}).json()["next_cursor"]
 
     with django_assert_num_queries(2):

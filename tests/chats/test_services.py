@@ -1,4 +1,4 @@
-"""chats.services and chats.selectors, below the API."""
+"""chats.selectors and the chat writes (``runs.services.chat_delete`` ends the runs first), below the API."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from rest_framework.test import APIClient
 from accounts.models import User
 from chats import selectors, services
 from chats.models import Chat, Message
+from runs import services as run_services
 from runs.models import Run, RunStatus
 from tests.factories import ChatFactory, MessageFactory, RunFactory
 
@@ -31,13 +32,13 @@ def test_chat_create_and_update(user: User) -> None:
 
 
 def test_chat_delete_removes_messages_and_runs_but_nothing_else(user: User, other_user: User) -> None:
-    chat = ChatFactory(owner=user)
-    RunFactory(chat=chat, status=RunStatus.DONE)
-    MessageFactory(chat=chat)
-    other_chat = ChatFactory(owner=user)
-    kept_run = RunFactory(chat=other_chat, status=RunStatus.QUEUED)
+    chat = ChatFactory.create(owner=user)
+    RunFactory.create(chat=chat, status=RunStatus.DONE)
+    MessageFactory.create(chat=chat)
+    other_chat = ChatFactory.create(owner=user)
+    kept_run = RunFactory.create(chat=other_chat, status=RunStatus.QUEUED)
 
-    services.chat_delete(chat=chat)
+    run_services.chat_delete(chat=chat)
 
     assert not Chat.objects.filter(pk=chat.pk).exists()
     assert not Message.objects.filter(chat_id=chat.pk).exists()
@@ -50,51 +51,49 @@ def test_chat_delete_removes_messages_and_runs_but_nothing_else(user: User, othe
 def test_chat_delete_cancels_a_streaming_run_so_the_worker_aborts_it(
     user: User, django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks
 ) -> None:
-    chat = ChatFactory(owner=user)
-    RunFactory(chat=chat, status=RunStatus.STREAMING)
+    chat = ChatFactory.create(owner=user)
+    RunFactory.create(chat=chat, status=RunStatus.STREAMING)
 
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
-        services.chat_delete(chat=chat)
+        run_services.chat_delete(chat=chat)
 
     assert len(callbacks) == 1, "the abort signal for the streaming run goes out after the delete commits"
     assert not Chat.objects.filter(pk=chat.pk).exists()
 
 
 def test_chat_delete_cancels_each_active_run(user: User, monkeypatch: pytest.MonkeyPatch) -> None:
-    import runs.services
-
-    chat = ChatFactory(owner=user)
-    active = RunFactory(chat=chat, status=RunStatus.QUEUED)
-    RunFactory(chat=chat, status=RunStatus.DONE)
-    RunFactory(chat=chat, status=RunStatus.FAILED)
+    chat = ChatFactory.create(owner=user)
+    active = RunFactory.create(chat=chat, status=RunStatus.QUEUED)
+    RunFactory.create(chat=chat, status=RunStatus.DONE)
+    RunFactory.create(chat=chat, status=RunStatus.FAILED)
     seen: list[tuple[int, str]] = []
-    real_cancel = runs.services.run_cancel
+    real_cancel = run_services.run_cancel
 
     def recording_cancel(*, run: Run) -> Run:
         result = real_cancel(run=run)
         seen.append((run.pk, result.status))
         return result
 
-    monkeypatch.setattr(runs.services, "run_cancel", recording_cancel)
+    monkeypatch.setattr(run_services, "run_cancel", recording_cancel)
 
-    services.chat_delete(chat=chat)
+    run_services.chat_delete(chat=chat)
 
     assert seen == [(active.pk, RunStatus.CANCELLED)]
     assert not Run.objects.filter(chat_id=chat.pk).exists()
 
 
 def test_chat_get_scopes_to_the_owner(user: User, other_user: User) -> None:
-    chat = ChatFactory(owner=other_user)
+    chat = ChatFactory.create(owner=other_user)
     with pytest.raises(Http404):
         selectors.chat_get(user=user, chat_id=chat.pk)
     assert selectors.chat_get(user=other_user, chat_id=chat.pk) == chat
 
 
 def test_chat_list_and_message_list_scope(user: User, other_user: User) -> None:
-    mine = ChatFactory(owner=user)
-    ChatFactory(owner=other_user)
-    message = MessageFactory(chat=mine)
-    MessageFactory()
+    mine = ChatFactory.create(owner=user)
+    ChatFactory.create(owner=other_user)
+    message = MessageFactory.create(chat=mine)
+    MessageFactory.create()
     assert list(selectors.chat_list(user=user)) == [mine]
     assert list(selectors.message_list(chat=mine)) == [message]
 
@@ -103,16 +102,14 @@ def test_a_row_deleted_under_a_request_is_404_not_500(
     api: APIClient, user: User, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A chat deleted between the ownership check and the write: the service's DoesNotExist becomes a 404."""
-    import chats.apis
-
-    chat = ChatFactory(owner=user)
-    real_create = chats.apis.run_create
+    chat = ChatFactory.create(owner=user)
+    real_create = run_services.run_create
 
     def create_after_concurrent_delete(**kwargs: Any) -> Run:
         Chat.objects.filter(pk=chat.pk).delete()
         return real_create(**kwargs)
 
-    monkeypatch.setattr(chats.apis, "run_create", create_after_concurrent_delete)
+    monkeypatch.setattr(run_services, "run_create", create_after_concurrent_delete)
 
     resp = api.post(f"/api/chats/{chat.pk}/messages", {"content": "hi"}, format="json")
 

@@ -26,15 +26,18 @@ from chats.summary import (
     summary_due,
     summary_threshold_tokens,
 )
-from chats.tasks import SUMMARIZE_TASK, chat_summarize, chat_summary_schedule, summary_pending_key
+from chats.summary_schedule import chat_summary_schedule
+from core.generation import EngineFinishReason, GenerationResult
+from core.worker_contract import SUMMARIZE_TASK, summary_pending_key
+from deployments.tokenizer import count_tokens
 from inference_workers.engine.base import EngineStats, GenerationRequest
 from inference_workers.engine.host import EngineHost
 from inference_workers.engine.simulated import SimulatedEngine
 from inference_workers.runtime import WorkerRuntime
 from inference_workers.summarize import generate_text
-from inference_workers.tokenizer import count_tokens
+from inference_workers.tasks import chat_summarize
 from runs.models import RunStatus
-from runs.services import GenerationResult, run_finish
+from runs.services import run_finish
 from tests.chats.conversation import (
     Conversation,
     fast_simulated_engine_config,
@@ -61,7 +64,7 @@ def test_summary_is_created_past_the_threshold_and_refreshed_every_k_turns(
 ) -> None:
     config = settings.CONTEXT
     rng = random.Random(11)
-    chat = ChatFactory(owner=user)
+    chat = ChatFactory.create(owner=user)
     threshold = summary_threshold_tokens(budget=chat_budget(chat=chat), config=config)
     conversation = Conversation(chat=chat, max_tokens=256, summarize=lambda pk: chat_summarize.apply(args=[pk]))
 
@@ -91,7 +94,10 @@ def test_summary_is_created_past_the_threshold_and_refreshed_every_k_turns(
 def test_smaller_tiers_are_summarized_sooner(settings: Settings) -> None:
     settings.ENGINE = dataclasses.replace(settings.ENGINE, max_model_len=8192)
     free, pro = UserFactory.with_tier("free"), UserFactory.with_tier("pro")
-    free_budget, pro_budget = chat_budget(chat=ChatFactory(owner=free)), chat_budget(chat=ChatFactory(owner=pro))
+    free_budget, pro_budget = (
+        chat_budget(chat=ChatFactory.create(owner=free)),
+        chat_budget(chat=ChatFactory.create(owner=pro)),
+    )
     assert free_budget < pro_budget
     assert free_budget == Tier.objects.get(name="free").context_limit_tokens - settings.CHAT_LIMITS.default_max_tokens
 
@@ -121,11 +127,11 @@ def test_a_refresh_waits_for_k_turns_unless_the_verbatim_part_nears_the_budget(s
 
 def _long_chat(user: User, *, turns: int, words: int) -> Chat:
     rng = random.Random(turns)
-    chat = ChatFactory(owner=user)
+    chat = ChatFactory.create(owner=user)
     for _ in range(turns):
         for role in (MessageRole.USER, MessageRole.ASSISTANT):
             content = sentence_of(rng, words)
-            MessageFactory(chat=chat, role=role, content=content, token_count=count_tokens(content))
+            MessageFactory.create(chat=chat, role=role, content=content, token_count=count_tokens(content))
     return chat
 
 
@@ -166,13 +172,15 @@ def test_finishing_a_run_schedules_the_summary_when_due(
     queue = settings.CONTEXT.summary_queue
     _drain_broker(queue)
     chat = _long_chat(user, turns=12, words=80)
-    run = RunFactory(chat=chat, status=RunStatus.STREAMING, attempts=1, worker="w1")
+    run = RunFactory.create(chat=chat, status=RunStatus.STREAMING, attempts=1, worker="w1")
     try:
         with django_capture_on_commit_callbacks(execute=True):
             run_finish(
                 run_id=run.pk,
                 attempt=1,
-                result=GenerationResult(text="ok", input_tokens=10, output_tokens=1, finish_reason="stop"),
+                result=GenerationResult(
+                    text="ok", input_tokens=10, output_tokens=1, finish_reason=EngineFinishReason.STOP
+                ),
             )
         assert [m["headers"]["task"] for m in _broker_messages(queue)] == [SUMMARIZE_TASK]
         chat.refresh_from_db()

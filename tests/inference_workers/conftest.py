@@ -8,11 +8,11 @@ from contextlib import contextmanager
 import pytest
 from django.conf import settings
 
-from chatproject.config import EngineConfig
+from core.config import EngineConfig
 from inference_workers.engine.simulated import SimulatedEngine
 from inference_workers.runtime import WorkerRuntime
 from runs.models import Run
-from runs.streams import TERMINAL_EVENTS, StreamEntry, StreamEvent, read_after
+from runs.streaming.contract import TERMINAL_EVENTS, StreamEntry, StreamEvent, read_after
 
 
 def fast_sim_config(**overrides: object) -> EngineConfig:

@@ -6,11 +6,10 @@ import json
 
 import pytest
 
+from core.worker_contract import WorkerHeartbeat, heartbeat_key, worker_heartbeats
 from inference_workers.engine.base import EngineStats
 from inference_workers.engine.vllm_engine import _make_stat_logger, _StatsSink
-from inference_workers.heartbeats import WorkerHeartbeat, heartbeat_key
 from inference_workers.runtime import WorkerRuntime
-from inference_workers.selectors import worker_heartbeats
 
 
 def _scheduler_stats(*, queries: int, hits: int, running: int = 1) -> object:

@@ -10,22 +10,23 @@ import pytest
 from django.conf import settings
 
 from chats.models import Message, MessageRole
+from core.worker_contract import cancel_key, worker_heartbeats
 from inference_workers.engine.base import GenerationRequest
 from inference_workers.engine.simulated import SimulatedEngine
 from inference_workers.runtime import WorkerRuntime
-from inference_workers.selectors import worker_heartbeats
 from inference_workers.services import DeltaCoalescer, generate_run
 from runs.models import FinishReason, Run, RunStatus
 from runs.services import run_cancel
-from runs.streams import RunStreamWriter, StreamEvent, cancel_key
+from runs.streaming.contract import RunStreamWriter, StreamEvent
 from tests.factories import RunFactory
 from tests.inference_workers.conftest import stream_of, text_after_last_reset, wait_for
 
-pytestmark = pytest.mark.django_db
+# Transactional: a run's end (its refund, its terminal stream event) takes effect when its transaction commits.
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_run_streams_deltas_and_ends_done_with_one_assistant_message(sim_runtime: WorkerRuntime) -> None:
-    run = RunFactory(max_tokens=64, priority=2)
+    run = RunFactory.create(max_tokens=64, priority=2)
 
     assert generate_run(run_id=run.pk, runtime=sim_runtime) == RunStatus.DONE
 
@@ -52,14 +53,14 @@ def test_run_streams_deltas_and_ends_done_with_one_assistant_message(sim_runtime
 
 
 def test_max_tokens_ends_with_length(sim_runtime: WorkerRuntime) -> None:
-    run = RunFactory(max_tokens=5)
+    run = RunFactory.create(max_tokens=5)
     generate_run(run_id=run.pk, runtime=sim_runtime)
     run.refresh_from_db()
     assert (run.status, run.finish_reason, run.output_tokens) == (RunStatus.DONE, FinishReason.LENGTH, 5)
 
 
 def test_duplicate_delivery_of_a_finished_run_changes_nothing(sim_runtime: WorkerRuntime) -> None:
-    run = RunFactory()
+    run = RunFactory.create()
     generate_run(run_id=run.pk, runtime=sim_runtime)
     events_before = len(stream_of(run))
 
@@ -72,7 +73,7 @@ def test_duplicate_delivery_of_a_finished_run_changes_nothing(sim_runtime: Worke
 
 def test_redelivered_run_restarts_with_reset_and_no_duplicate_message(sim_runtime: WorkerRuntime) -> None:
     # The first attempt's worker died mid-stream: the run is streaming and its stream holds partial deltas.
-    run = RunFactory(status=RunStatus.STREAMING, attempts=1, worker="dead@host")
+    run = RunFactory.create(status=RunStatus.STREAMING, attempts=1, worker="dead@host")
     writer = RunStreamWriter(run.pk)
     writer.append(StreamEvent.STATUS, {"status": "streaming", "attempt": 1})
     writer.append(StreamEvent.DELTA, {"text": "half an ans", "tokens": 3})
@@ -97,7 +98,7 @@ def test_redelivered_run_restarts_with_reset_and_no_duplicate_message(sim_runtim
 
 
 def test_run_held_by_a_live_attempt_is_skipped(sim_runtime: WorkerRuntime, clean_redis: Any) -> None:
-    run = RunFactory(status=RunStatus.STREAMING, attempts=1, worker="other@host")
+    run = RunFactory.create(status=RunStatus.STREAMING, attempts=1, worker="other@host")
     clean_redis.set(f"run:{run.pk}:lease", "other@host/1", ex=30)
 
     assert generate_run(run_id=run.pk, runtime=sim_runtime) is None
@@ -108,7 +109,7 @@ def test_run_held_by_a_live_attempt_is_skipped(sim_runtime: WorkerRuntime, clean
 
 
 def test_run_fails_after_max_attempts(sim_runtime: WorkerRuntime) -> None:
-    run = RunFactory(status=RunStatus.STREAMING, attempts=settings.WORKERS.max_attempts)
+    run = RunFactory.create(status=RunStatus.STREAMING, attempts=settings.WORKERS.max_attempts)
 
     assert generate_run(run_id=run.pk, runtime=sim_runtime) == RunStatus.FAILED
 
@@ -125,7 +126,7 @@ def test_engine_error_fails_the_run_with_the_error(sim_runtime: WorkerRuntime, m
         yield  # pragma: no cover - makes this an async generator
 
     monkeypatch.setattr(sim_runtime.host.engine, "generate", broken)
-    run = RunFactory()
+    run = RunFactory.create()
 
     assert generate_run(run_id=run.pk, runtime=sim_runtime) == RunStatus.FAILED
 
@@ -136,11 +137,10 @@ def test_engine_error_fails_the_run_with_the_error(sim_runtime: WorkerRuntime, m
     assert last.event == StreamEvent.ERROR and "CUDA out of memory" in last.data["message"]
 
 
-@pytest.mark.django_db(transaction=True)
 def test_cancel_mid_stream_keeps_partial_text_and_frees_the_slot(sim_runtime: WorkerRuntime) -> None:
     engine = cast(SimulatedEngine, sim_runtime.host.engine)
     engine.config = dataclasses.replace(engine.config, sim_output_tokens=400, sim_step_base_s=0.02)
-    run = RunFactory(max_tokens=400)
+    run = RunFactory.create(max_tokens=400)
     outcome: list[RunStatus | None] = []
     thread = threading.Thread(target=lambda: outcome.append(generate_run(run_id=run.pk, runtime=sim_runtime)))
     thread.start()
@@ -196,7 +196,7 @@ def test_coalescer_sends_first_token_at_once_then_batches() -> None:
 def test_cancel_signalled_before_generation_starts_ends_cancelled_without_text(
     sim_runtime: WorkerRuntime, clean_redis: Any
 ) -> None:
-    run = RunFactory()
+    run = RunFactory.create()
     clean_redis.set(cancel_key(run.pk), "1")  # the signal landed between the worker's claim and its first step
 
     assert generate_run(run_id=run.pk, runtime=sim_runtime) == RunStatus.CANCELLED

@@ -22,12 +22,12 @@ from django.conf import settings
 from prometheus_client.parser import text_string_to_metric_families
 
 from chats.models import Message, MessageRole
-from inference_workers.dispatch import send_to_worker
-from inference_workers.selectors import worker_heartbeats
-from inference_workers.services import reap_orphaned_runs
+from core.worker_contract import worker_heartbeats
 from runs.models import FinishReason, Run, RunStatus
+from runs.reaper import reap_orphaned_runs
+from runs.routing import send_to_worker
 from runs.services import run_cancel
-from runs.streams import StreamEvent
+from runs.streaming.contract import StreamEvent
 from tests.factories import ChatFactory, MessageFactory, RunFactory, UserFactory
 from tests.inference_workers.conftest import stream_of, text_after_last_reset, wait_for, wait_terminal
 from tests.processes import celery_worker_argv, child_env, free_port, wait_worker_heartbeat
@@ -83,9 +83,9 @@ def engine_worker(django_db_setup: None, django_db_blocker: Any) -> Iterator[str
 
 def _queued_run(*, content: str, max_tokens: int, tier: str = "pro", temperature: float = 0.0) -> Run:
     user = UserFactory.with_tier(tier)
-    chat = ChatFactory(owner=user)
-    message = MessageFactory(chat=chat, role=MessageRole.USER, content=content)
-    return RunFactory(
+    chat = ChatFactory.create(owner=user)
+    message = MessageFactory.create(chat=chat, role=MessageRole.USER, content=content)
+    return RunFactory.create(
         chat=chat, user=user, user_message=message, max_tokens=max_tokens, temperature=temperature, priority=0
     )
 

@@ -38,7 +38,7 @@ def run_of(completion_id: str) -> Run:
 
 
 def test_models_lists_the_served_model(live_stack: LiveStack) -> None:
-    models = client_for(live_stack, UserFactory()).models.list()
+    models = client_for(live_stack, UserFactory.create()).models.list()
     assert [m.id for m in models.data] == [MODEL]
 
 

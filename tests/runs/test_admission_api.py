@@ -11,25 +11,28 @@ from rest_framework.test import APIClient
 from accounts.limits import user_limits
 from accounts.models import UsageDay, User, UserLimitOverride
 from chats.models import Message
-from runs.admission import _limits, get_admission, get_scheduler_store, run_queue_position
-from runs.dispatcher import build_dispatcher
+from core.generation import EngineFinishReason, GenerationResult
+from runs.dispatcher_wiring import build_dispatcher
 from runs.models import Run, RunStatus
-from runs.services import GenerationResult, run_cancel, run_fail, run_finish, run_mark_streaming
-from runs.streams import read_after
-from scheduling.admission import run_member
+from runs.queueing import get_scheduler_store
+from runs.quota import bucket_limits, get_admission
+from runs.selectors import run_queue_positions
+from runs.services import run_cancel, run_fail, run_finish, run_mark_streaming
+from runs.streaming.contract import read_after
+from scheduling.token_bucket import run_member
 from tests.factories import ChatFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def post(api: APIClient, user: User, content: str = "hello there", **body) -> tuple[int, dict, dict]:
-    chat = ChatFactory(owner=user)
+    chat = ChatFactory.create(owner=user)
     resp = api.post(f"/api/chats/{chat.pk}/messages", {"content": content, **body}, format="json")
     return resp.status_code, resp.json(), dict(resp.headers)
 
 
 def bucket(user: User) -> float:
-    return get_admission().bucket_tokens(user_id=user.pk, limits=_limits(user_limits(user=user)))
+    return get_admission().bucket_tokens(user_id=user.pk, limits=bucket_limits(user_limits(user=user)))
 
 
 def test_token_budget_refusal_is_a_429_with_retry_after_and_writes_nothing(api: APIClient, user: User) -> None:
@@ -55,7 +58,7 @@ def test_concurrency_cap_through_the_api(api: APIClient, user: User) -> None:
     assert status == 429 and body["error"]["code"] == "limit_concurrency"
     assert "Too many runs" in body["error"]["message"] and int(headers["Retry-After"]) >= 1
     # Cancelling a queued run frees its slot at once (and it leaves the scheduler queue).
-    run = Run.objects.filter(user=user).first()
+    run = Run.objects.filter(user=user).earliest("id")
     run_cancel(run=run)
     assert get_scheduler_store().queue_depth("free") == 1
     assert post(api, user)[0] == 202
@@ -69,7 +72,7 @@ def test_a_prompt_bigger_than_the_bucket_is_a_400(api: APIClient, user: User) ->
 
 
 def test_a_refused_transaction_gives_the_reservation_back(api: APIClient, user: User) -> None:
-    chat = ChatFactory(owner=user)
+    chat = ChatFactory.create(owner=user)
     assert api.post(f"/api/chats/{chat.pk}/messages", {"content": "one"}, format="json").status_code == 202
     before = bucket(user)
     assert api.post(f"/api/chats/{chat.pk}/messages", {"content": "two"}, format="json").status_code == 409
@@ -97,7 +100,7 @@ def test_finished_run_refunds_unused_tokens_and_records_usage(api: APIClient, us
     run_finish(
         run_id=run.pk,
         attempt=1,
-        result=GenerationResult(text="hi", input_tokens=30, output_tokens=20, finish_reason="stop"),
+        result=GenerationResult(text="hi", input_tokens=30, output_tokens=20, finish_reason=EngineFinishReason.STOP),
     )
     # 180 of the 200 reserved output tokens came back (the refill adds a little on top).
     prompt_tokens = run.reserved_tokens - 200
@@ -135,15 +138,13 @@ def test_queue_position_on_get_and_as_status_events(api: APIClient, user: User, 
     assert api.get(f"/api/runs/{ids[1]}").json()["queue_position"] == 1
     assert read_after(ids[1], 0)[-1].data["queue_position"] == 1
     assert api.get(f"/api/runs/{ids[0]}").json()["queue_position"] is None
-    assert run_queue_position(run=Run.objects.get(pk=ids[0])) is None
-    assert json.loads(clean_redis.hget("sched:positions", str(ids[1])))["queue_position"] == 1
+    assert run_queue_positions(runs=[Run.objects.get(pk=ids[0])]) == {}
+    assert json.loads(str(clean_redis.hget("sched:positions", str(ids[1]))))["queue_position"] == 1
 
 
 def test_dispatcher_sends_queued_runs_to_their_tier_queue(api: APIClient, user: User, monkeypatch) -> None:
     sent: list[tuple[int, str]] = []
-    monkeypatch.setattr(
-        "inference_workers.dispatch.send_to_worker", lambda *, run_id, queue: sent.append((run_id, queue))
-    )
+    monkeypatch.setattr("runs.dispatcher_wiring.send_to_worker", lambda *, run_id, queue: sent.append((run_id, queue)))
     run_id = post(api, user)[1]["run"]["id"]
     dispatcher = build_dispatcher()
     dispatcher.stats = lambda: []  # no worker: the fallback cap lets it go
@@ -157,7 +158,7 @@ def test_runs_whose_push_was_lost_are_queued_again(api: APIClient, user: User) -
 
     from django.utils import timezone
 
-    from runs.dispatcher import requeue_lost_runs
+    from runs.reaper import requeue_lost_runs
 
     _in_flight, lost = (post(api, user)[1]["run"]["id"] for _ in range(2))
     store = get_scheduler_store()

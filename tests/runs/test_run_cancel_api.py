@@ -14,7 +14,7 @@ pytestmark = pytest.mark.django_db
 
 
 def queued_run(api: APIClient, user: User) -> int:
-    chat = ChatFactory(owner=user)
+    chat = ChatFactory.create(owner=user)
     resp = api.post(f"/api/chats/{chat.pk}/messages", {"content": "hello"}, format="json")
     assert resp.status_code == 202
     return int(resp.json()["run"]["id"])
@@ -30,9 +30,9 @@ def test_get_run(api: APIClient, user: User) -> None:
 
 
 def test_get_finished_run_includes_the_answer(api: APIClient, user: User) -> None:
-    chat = ChatFactory(owner=user)
-    answer = MessageFactory(chat=chat, role="assistant", content="Paris.", token_count=3)
-    run = RunFactory(chat=chat, status=RunStatus.DONE, assistant_message=answer, finish_reason=FinishReason.STOP)
+    chat = ChatFactory.create(owner=user)
+    answer = MessageFactory.create(chat=chat, role="assistant", content="Paris.", token_count=3)
+    run = RunFactory.create(chat=chat, status=RunStatus.DONE, assistant_message=answer, finish_reason=FinishReason.STOP)
     body = api.get(f"/api/runs/{run.pk}").json()
     assert body["status"] == "done" and body["finish_reason"] == "stop"
     assert body["assistant_message"] == {"id": answer.pk, "content": "Paris.", "token_count": 3}
@@ -56,7 +56,7 @@ def test_cancel_queued_run_twice_returns_the_same_final_run(api: APIClient, user
 def test_cancel_streaming_run_moves_it_to_cancelling_and_signals_after_commit(
     api: APIClient, user: User, django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks
 ) -> None:
-    run = RunFactory(chat=ChatFactory(owner=user), status=RunStatus.STREAMING)
+    run = RunFactory.create(chat=ChatFactory.create(owner=user), status=RunStatus.STREAMING)
 
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         resp = api.post(f"/api/runs/{run.pk}/cancel")
@@ -70,7 +70,7 @@ def test_cancel_streaming_run_moves_it_to_cancelling_and_signals_after_commit(
 
 @pytest.mark.parametrize("status", [RunStatus.DONE, RunStatus.FAILED, RunStatus.CANCELLED])
 def test_cancel_finished_run_returns_it_unchanged(api: APIClient, user: User, status: RunStatus) -> None:
-    run = RunFactory(chat=ChatFactory(owner=user), status=status)
+    run = RunFactory.create(chat=ChatFactory.create(owner=user), status=status)
     before = api.get(f"/api/runs/{run.pk}").json()
 
     resp = api.post(f"/api/runs/{run.pk}/cancel")

@@ -27,7 +27,7 @@ def post_prompt(api: APIClient, chat: Chat, body: Any) -> Any:
 
 
 def test_post_message_creates_user_message_and_queued_run(api: APIClient, user: User) -> None:
-    chat = ChatFactory(owner=user, title="")
+    chat = ChatFactory.create(owner=user, title="")
     resp = post_prompt(api, chat, {"content": "What is the capital of France?\nThanks"})
     assert resp.status_code == 202, resp.content
     body = resp.json()
@@ -47,7 +47,7 @@ def test_post_message_creates_user_message_and_queued_run(api: APIClient, user: 
 
 
 def test_sampling_parameters_are_stored(api: APIClient, user: User) -> None:
-    chat = ChatFactory(owner=user)
+    chat = ChatFactory.create(owner=user)
     cap = user.tier.max_output_tokens
     resp = post_prompt(api, chat, {"content": "hi", "max_tokens": cap, "temperature": 0, "top_p": 0.5})
     assert resp.status_code == 202, resp.content
@@ -58,7 +58,7 @@ def test_sampling_parameters_are_stored(api: APIClient, user: User) -> None:
 def test_the_run_is_handed_on_only_after_commit(
     api: APIClient, user: User, django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks
 ) -> None:
-    chat = ChatFactory(owner=user)
+    chat = ChatFactory.create(owner=user)
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         assert post_prompt(api, chat, {"content": "hi"}).status_code == 202
     assert len(callbacks) == 1
@@ -101,7 +101,7 @@ def _assert_nothing_written(chat: Chat, *, title: str) -> None:
 def test_invalid_prompt_is_400_and_writes_nothing(
     api: APIClient, user: User, body: dict[str, Any] | bytes, fragment: str
 ) -> None:
-    chat = ChatFactory(owner=user, title="")
+    chat = ChatFactory.create(owner=user, title="")
     resp = post_prompt(api, chat, body)
     assert resp.status_code == 400, resp.content
     assert fragment in resp.json()["error"]["message"]
@@ -114,7 +114,7 @@ def test_max_tokens_above_the_tier_cap_is_400(tier: str, cap: int) -> None:
     assert user.tier.max_output_tokens == cap
     api = APIClient()
     api.force_authenticate(user)
-    chat = ChatFactory(owner=user, title="t")
+    chat = ChatFactory.create(owner=user, title="t")
 
     resp = post_prompt(api, chat, {"content": "hi", "max_tokens": cap + 1})
 
@@ -128,7 +128,7 @@ def test_max_tokens_above_the_tier_cap_is_400(tier: str, cap: int) -> None:
 
 def test_content_length_limit_is_configurable(api: APIClient, user: User, settings: Settings) -> None:
     settings.CHAT_LIMITS = dataclasses.replace(settings.CHAT_LIMITS, max_content_chars=10)
-    chat = ChatFactory(owner=user, title="")
+    chat = ChatFactory.create(owner=user, title="")
 
     resp = post_prompt(api, chat, {"content": "x" * 11})
 
@@ -141,13 +141,13 @@ def test_content_length_limit_is_configurable(api: APIClient, user: User, settin
 
 def test_default_content_limit_applies(api: APIClient, user: User) -> None:
     limit = settings.CHAT_LIMITS.max_content_chars
-    chat = ChatFactory(owner=user, title="")
+    chat = ChatFactory.create(owner=user, title="")
     assert post_prompt(api, chat, {"content": "y" * (limit + 1)}).status_code == 400
     _assert_nothing_written(chat, title="")
 
 
 def test_second_prompt_while_run_active_is_409(api: APIClient, user: User) -> None:
-    chat = ChatFactory(owner=user)
+    chat = ChatFactory.create(owner=user)
     first = post_prompt(api, chat, {"content": "one"})
     assert first.status_code == 202
     chat.refresh_from_db()
@@ -166,7 +166,7 @@ def test_second_prompt_while_run_active_is_409(api: APIClient, user: User) -> No
 
 @pytest.mark.parametrize("status", [RunStatus.STREAMING, RunStatus.CANCELLING])
 def test_409_for_every_unfinished_status(api: APIClient, user: User, status: RunStatus) -> None:
-    chat = ChatFactory(owner=user)
+    chat = ChatFactory.create(owner=user)
     run_id = post_prompt(api, chat, {"content": "one"}).json()["run"]["id"]
     Run.objects.filter(pk=run_id).update(status=status)
     assert post_prompt(api, chat, {"content": "two"}).status_code == 409
@@ -174,7 +174,7 @@ def test_409_for_every_unfinished_status(api: APIClient, user: User, status: Run
 
 @pytest.mark.parametrize("status", [RunStatus.DONE, RunStatus.CANCELLED, RunStatus.FAILED])
 def test_a_finished_run_allows_the_next_prompt(api: APIClient, user: User, status: RunStatus) -> None:
-    chat = ChatFactory(owner=user)
+    chat = ChatFactory.create(owner=user)
     run_id = post_prompt(api, chat, {"content": "one"}).json()["run"]["id"]
     Run.objects.filter(pk=run_id).update(status=status)
     assert post_prompt(api, chat, {"content": "two"}).status_code == 202
@@ -182,13 +182,13 @@ def test_a_finished_run_allows_the_next_prompt(api: APIClient, user: User, statu
 
 
 def test_after_cancelling_a_queued_run_the_chat_accepts_a_prompt(api: APIClient, user: User) -> None:
-    chat = ChatFactory(owner=user)
+    chat = ChatFactory.create(owner=user)
     run_id = post_prompt(api, chat, {"content": "one"}).json()["run"]["id"]
     assert api.post(f"/api/runs/{run_id}/cancel").json()["status"] == "cancelled"
     assert post_prompt(api, chat, {"content": "two"}).status_code == 202
 
 
 def test_active_runs_in_other_chats_do_not_conflict(api: APIClient, user: User) -> None:
-    first, second = ChatFactory(owner=user), ChatFactory(owner=user)
+    first, second = ChatFactory.create(owner=user), ChatFactory.create(owner=user)
     assert post_prompt(api, first, {"content": "a"}).status_code == 202
     assert post_prompt(api, second, {"content": "b"}).status_code == 202

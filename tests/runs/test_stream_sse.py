@@ -28,8 +28,9 @@ from rest_framework.authtoken.models import Token
 
 from accounts.models import User
 from chats.models import Message, MessageRole
+from core.worker_contract import cancel_key
 from runs.models import FinishReason, Run, RunStatus
-from runs.streams import RunStreamWriter, StreamEvent, cancel_key, run_terminal_event, stream_key
+from runs.streaming.contract import RunStreamWriter, StreamEvent, run_terminal_event, stream_key
 from tests.factories import RunFactory, UserFactory
 from tests.processes import celery_worker_argv, child_env, free_port, wait_http
 
@@ -219,11 +220,11 @@ def in_thread(target: Any, *args: Any, **kwargs: Any) -> threading.Thread:
 
 @pytest.fixture
 def owner() -> User:
-    return cast(User, UserFactory())
+    return cast(User, UserFactory.create())
 
 
 def make_run(owner: User) -> Run:
-    return cast(Run, RunFactory(chat__owner=owner, status=RunStatus.QUEUED))
+    return cast(Run, RunFactory.create(chat__owner=owner, status=RunStatus.QUEUED))
 
 
 @pytest.fixture
@@ -271,7 +272,7 @@ def test_resume_on_the_other_process_while_live_is_exact(
 
 
 def _redis() -> Any:
-    from chatproject.redis_client import get_redis
+    from core.redis_client import get_redis
 
     return get_redis()
 
@@ -345,7 +346,7 @@ def test_only_the_owner_can_read_the_stream(web: tuple[str, str], owner: User, a
     a, _ = web
     run = make_run(owner)
     simulate_worker(run, ["secret", " answer"])
-    stranger = cast(User, UserFactory())
+    stranger = cast(User, UserFactory.create())
     stranger_auth = {"Authorization": f"Token {Token.objects.create(user=stranger).key}"}
     assert read_events(stream_url(a, run), headers=stranger_auth) == (404, [])
     assert read_events(f"{a}/api/runs/999999/stream", headers=auth) == (404, [])

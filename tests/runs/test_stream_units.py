@@ -1,9 +1,10 @@
 """The streaming pieces in-process: adaptive flush interval, the relay's join/catch-up, coalescing, the
-Postgres fallback, the django-eventstream storage class."""
+Postgres fallback, SSE framing identical to django-eventstream's."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
@@ -14,22 +15,23 @@ import redis
 from django.conf import settings
 from django.test import RequestFactory
 from django.utils import timezone
+from django_eventstream.utils import sse_encode_event
 
 from chats.models import Message, MessageRole
 from runs.models import FinishReason, Run, RunStatus
-from runs.relay import StreamRelay, Subscription
-from runs.sse import RunStreamStorage, coalesce, final_state_entries
-from runs.stream_apis import parse_last_event_id
-from runs.streams import (
+from runs.streaming.contract import (
     ACTIVE_STALE_S,
     RunStreamWriter,
     StreamEntry,
     StreamEvent,
     active_streams_key,
-    count_active_streams,
-    flush_interval_for,
     stream_key,
 )
+from runs.streaming.follow import coalesce, final_state_entries
+from runs.streaming.load import count_active_streams, flush_interval_for
+from runs.streaming.relay import Entry, RawEntry, StreamRelay, Subscription
+from runs.streaming.sse import encode, encode_entry
+from runs.streaming.views import parse_last_event_id
 from tests.factories import RunFactory
 
 
@@ -79,7 +81,9 @@ def test_coalesce_merges_consecutive_deltas_and_keeps_the_last_id() -> None:
 
 @pytest.mark.django_db
 def test_final_state_from_postgres() -> None:
-    run = cast(Run, RunFactory(status=RunStatus.DONE, finish_reason=FinishReason.STOP, input_tokens=3, output_tokens=2))
+    run = cast(
+        Run, RunFactory.create(status=RunStatus.DONE, finish_reason=FinishReason.STOP, input_tokens=3, output_tokens=2)
+    )
     run.assistant_message = Message.objects.create(chat=run.chat, role=MessageRole.ASSISTANT, content="Hi there")
     run.save()
     fresh = final_state_entries(run, after_seq=0)
@@ -88,28 +92,30 @@ def test_final_state_from_postgres() -> None:
     assert fresh[1].data["usage"] == {"input_tokens": 3, "output_tokens": 2, "total_tokens": 5}
     resumed = final_state_entries(run, after_seq=7)
     assert [(e.seq, e.event) for e in resumed] == [(8, "reset"), (9, "delta"), (10, "done")]
-    failed = cast(Run, RunFactory(status=RunStatus.FAILED, error="engine exploded", finished_at=timezone.now()))
+    failed = cast(Run, RunFactory.create(status=RunStatus.FAILED, error="engine exploded", finished_at=timezone.now()))
     assert [(e.event, e.data) for e in final_state_entries(failed, after_seq=0)] == [
         ("error", {"code": "generation_failed", "message": "engine exploded"})
     ]
 
 
-@pytest.mark.django_db
-def test_eventstream_storage_reads_the_run_stream_then_postgres() -> None:
-    run = cast(Run, RunFactory(status=RunStatus.DONE, finish_reason=FinishReason.STOP))
-    run.assistant_message = Message.objects.create(chat=run.chat, role=MessageRole.ASSISTANT, content="ab")
-    run.save()
-    writer = RunStreamWriter(run.pk)
-    for text in ("a", "b"):
-        writer.append(StreamEvent.DELTA, {"text": text})
-    storage = RunStreamStorage()
-    channel = f"run-{run.pk}"
-    assert storage.get_current_id(channel) == 2
-    assert [(e.id, e.type) for e in storage.get_events(channel, 1)] == [(2, "delta")]
-    from chatproject.redis_client import get_redis
-
-    get_redis().delete(stream_key(run.pk))
-    assert [(e.id, e.type) for e in storage.get_events(channel, 1)] == [(2, "reset"), (3, "delta"), (4, "done")]
+@pytest.mark.parametrize(
+    ("event", "data", "seq"),
+    [
+        (StreamEvent.DELTA, {"text": "héllo\nwörld \u2028", "tokens": 3}, 7),
+        (StreamEvent.STATUS, {"status": RunStatus.QUEUED, "queue_position": 2}, None),
+        (StreamEvent.DONE, {"message_id": 5, "finish_reason": FinishReason.STOP, "usage": {}}, 12),
+    ],
+)
+def test_sse_framing_is_django_eventstreams_byte_for_byte(
+    event: StreamEvent, data: dict[str, Any], seq: int | None
+) -> None:
+    """The run streams are framed by hand (no per-event regex work), exactly as django-eventstream frames them."""
+    body = json.dumps(data, separators=(",", ":"))
+    expected = sse_encode_event(event.value, body, event_id=seq).encode()
+    assert encode(event, data, seq) == expected
+    if seq is not None:
+        raw = RawEntry(seq, event, body.encode())
+        assert encode_entry(raw) == expected
 
 
 @pytest.mark.parametrize(
@@ -117,8 +123,8 @@ def test_eventstream_storage_reads_the_run_stream_then_postgres() -> None:
     [("", "", 0), ("12", "", 12), ("", "7", 7), ("run-3:9", "", 9), ("run-3%3A:4", "", 4), ("5", "8", 5)],
 )
 def test_last_event_id_forms(header: str, query: str, expected: int) -> None:
-    headers = {"HTTP_LAST_EVENT_ID": header} if header else {}
-    request = RequestFactory().get("/api/runs/3/stream", {"lastEventId": query} if query else {}, **headers)
+    headers = {"Last-Event-ID": header} if header else {}
+    request = RequestFactory().get("/api/runs/3/stream", {"lastEventId": query} if query else {}, headers=headers)
     assert parse_last_event_id(request) == expected
 
 
@@ -187,7 +193,7 @@ def test_relay_many_keys_one_reader(clean_redis: redis.Redis) -> None:
                     writer.queue(pipe, StreamEvent.DELTA, {"text": f"{writer.run_id}:{round_}"})
             pipe.execute()
             for sub in subs:
-                batch: list[StreamEntry] = []
+                batch: list[Entry] = []
                 while len(batch) < 3:
                     got = await sub.next_batch(2.0)
                     assert got

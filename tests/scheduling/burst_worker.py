@@ -7,7 +7,7 @@ import time
 
 import redis
 
-from scheduling.admission import Admission, AdmissionTimeouts, Limits
+from scheduling.token_bucket import Admission, AdmissionTimeouts, Limits
 
 
 def main(url: str, user_id: int, cost: int, attempts: int, start_at: float) -> None:

@@ -11,9 +11,9 @@ import pytest
 import redis
 from django.conf import settings
 
-from scheduling.admission import Admission, AdmissionTimeouts, Limits, RefusalReason, run_member
 from scheduling.policy import QueuedRun
 from scheduling.redis_store import RedisQueueStore
+from scheduling.token_bucket import Admission, AdmissionTimeouts, Limits, RefusalReason, run_member
 
 LIMITS = Limits(bucket_capacity_tokens=1000, bucket_refill_per_s=10.0, max_concurrent_runs=3, queue_depth_limit=100)
 TIMEOUTS = AdmissionTimeouts(pending_ttl_s=60, run_ttl_s=3600, queue_retry_after_s=7)

@@ -249,11 +249,12 @@ def test_queue_positions_and_estimated_wait(redis_store: RedisQueueStore) -> Non
     store.client.zadd("sched:inflight", {"900": clock.now, "901": clock.now})
     d.tick()
     assert [r.run_id for r in sent] == [9]
-    assert [store.position(i).queue_position for i in (1, 2, 3)] == [1, 2, 3]
-    assert store.position(9) is None  # dispatched
+    positions = store.positions([1, 2, 3, 9])
+    assert [positions[i].queue_position for i in (1, 2, 3)] == [1, 2, 3]
+    assert store.position(9) is None and 9 not in positions  # dispatched
     assert set(reported[-1]) == {1, 2, 3}
     # One dispatch seen in the rate window (at least a quarter of 60 s): 1/15 runs per second.
-    assert [store.position(i).estimated_wait_s for i in (1, 3)] == [15.0, 45.0]
+    assert [positions[i].estimated_wait_s for i in (1, 3)] == [15.0, 45.0]
     # Unchanged positions are not reported again.
     reported.clear()
     d.refresh_positions()

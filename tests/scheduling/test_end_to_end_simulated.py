@@ -10,9 +10,10 @@ from accounts.limits import user_limits
 from accounts.models import UsageDay, User
 from inference_workers.runtime import WorkerRuntime
 from inference_workers.services import generate_run
-from runs.admission import _limits, get_admission, get_scheduler_store
-from runs.dispatcher import build_dispatcher
+from runs.dispatcher_wiring import build_dispatcher
 from runs.models import Run, RunStatus
+from runs.queueing import get_scheduler_store
+from runs.quota import bucket_limits, get_admission
 from scheduling.policy import QueuedRun
 from tests.factories import ChatFactory
 from tests.inference_workers.conftest import sim_runtime  # noqa: F401 - the fixture
@@ -21,11 +22,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_prompt_to_done_through_the_dispatcher(api: APIClient, user: User, sim_runtime: WorkerRuntime) -> None:  # noqa: F811
-    chat = ChatFactory(owner=user)
+    chat = ChatFactory.create(owner=user)
     resp = api.post(f"/api/chats/{chat.pk}/messages", {"content": "hello", "max_tokens": 100}, format="json")
     assert resp.status_code == 202, resp.content
     run_id = resp.json()["run"]["id"]
-    limits = _limits(user_limits(user=user))
+    limits = bucket_limits(user_limits(user=user))
     full = limits.bucket_capacity_tokens
     assert get_admission().bucket_tokens(user_id=user.pk, limits=limits) < full - 100
 

@@ -149,6 +149,8 @@ def test_positions_are_replaced_as_a_whole_and_dropped_on_dispatch_or_removal(st
         store.push(q(i, 10 + i))
     store.write_positions({1: Position(1, 15.0), 2: Position(2, 30.0), 3: Position(3, None)})
     assert [store.position(i) for i in (1, 2, 3)] == [Position(1, 15.0), Position(2, 30.0), Position(3, None)]
+    assert store.positions([3, 1, 7]) == {3: Position(3, None), 1: Position(1, 15.0)}  # one read; 7 has none
+    assert store.positions([]) == {}
     assert store.claim(q(1, 11), now=100.0)
     assert store.remove(2) == 1
     assert [store.position(i) for i in (1, 2, 3)] == [None, None, Position(3, None)]

@@ -21,7 +21,7 @@ XSS_IMG = "<img src=x onerror=\"alert('xss-img')\">"
 
 
 def test_login_wrong_password_then_right_one_then_logout(page: Page, live_stack, screenshot) -> None:
-    user = UserFactory(username="alice")
+    user = UserFactory.create(username="alice")
     page.goto("/")
     expect(page).to_have_url(re.compile(r"/login/\?next=/$"))
     page.get_by_label("Username").fill("alice")
@@ -45,12 +45,12 @@ def test_login_wrong_password_then_right_one_then_logout(page: Page, live_stack,
 
 
 def test_sidebar_pages_through_all_chats_most_recent_first(page: Page, login, screenshot) -> None:
-    user = UserFactory()
+    user = UserFactory.create()
     now = timezone.now()
     for i in range(45):
-        chat = ChatFactory(owner=user, title=f"Topic {i:02d}")
+        chat = ChatFactory.create(owner=user, title=f"Topic {i:02d}")
         Chat.objects.filter(pk=chat.pk).update(updated_at=now - timedelta(minutes=i))
-    ChatFactory(title="someone else's chat")
+    ChatFactory.create(title="someone else's chat")
     login(user)
     page.goto("/")
     links = page.locator("#chat-list .chat-link")
@@ -67,9 +67,9 @@ def test_sidebar_pages_through_all_chats_most_recent_first(page: Page, login, sc
 
 
 def test_rename_and_delete_chat_from_the_sidebar(page: Page, login) -> None:
-    user = UserFactory()
-    keep = ChatFactory(owner=user, title="keep me")
-    doomed = ChatFactory(owner=user, title="delete me")
+    user = UserFactory.create()
+    keep = ChatFactory.create(owner=user, title="keep me")
+    doomed = ChatFactory.create(owner=user, title="delete me")
     login(user)
     page.goto("/")
 
@@ -91,11 +91,11 @@ def test_rename_and_delete_chat_from_the_sidebar(page: Page, login) -> None:
 
 
 def test_history_loads_older_messages_when_scrolled_up(page: Page, login, screenshot) -> None:
-    user = UserFactory()
-    chat = ChatFactory(owner=user, title="long chat")
+    user = UserFactory.create()
+    chat = ChatFactory.create(owner=user, title="long chat")
     start = timezone.now() - timedelta(hours=1)
     for i in range(70):
-        msg = MessageFactory(
+        msg = MessageFactory.create(
             chat=chat, role=MessageRole.USER if i % 2 == 0 else MessageRole.ASSISTANT, content=f"line {i:02d}"
         )
         Message.objects.filter(pk=msg.pk).update(created_at=start + timedelta(seconds=i))
@@ -117,14 +117,14 @@ def test_history_loads_older_messages_when_scrolled_up(page: Page, login, screen
 
 def test_html_in_prompts_and_answers_is_shown_as_text(page: Page, login, screenshot) -> None:
     """Nothing from users or the model runs: tags are shown literally, Markdown still renders."""
-    user = UserFactory()
-    chat = ChatFactory(owner=user, title="safety")
-    MessageFactory(chat=chat, role=MessageRole.USER, content="show me html")
+    user = UserFactory.create()
+    chat = ChatFactory.create(owner=user, title="safety")
+    MessageFactory.create(chat=chat, role=MessageRole.USER, content="show me html")
     answer = (
         f"**bold** and `code`\n\n{XSS_IMG}\n\n[click](javascript:alert('xss-link')) [docs](https://example.com/x)"
         f"\n\n- one\n- two\n\n```html\n{XSS_SCRIPT}\n```"
     )
-    MessageFactory(chat=chat, role=MessageRole.ASSISTANT, content=answer)
+    MessageFactory.create(chat=chat, role=MessageRole.ASSISTANT, content=answer)
     login(user)
     page.goto(f"/c/{chat.pk}")
 
@@ -157,7 +157,7 @@ def test_html_in_prompts_and_answers_is_shown_as_text(page: Page, login, screens
 
 
 def test_enter_sends_shift_enter_breaks_line(page: Page, login) -> None:
-    user = UserFactory()
+    user = UserFactory.create()
     login(user)
     page.goto("/")
     prompt = page.get_by_role("textbox", name="Message")
@@ -178,10 +178,10 @@ def test_enter_sends_shift_enter_breaks_line(page: Page, login) -> None:
 
 def test_busy_answer_shows_retry_countdown_and_retry_works(page: Page, login, api_for, screenshot) -> None:
     """A real 429 from admission (token budget spent): the prompt stays, the wait shows, Retry sends it."""
-    user = UserFactory()
+    user = UserFactory.create()
     UserLimitOverride.objects.create(user=user, bucket_capacity_tokens=300, bucket_refill_per_s=80)
-    first = ChatFactory(owner=user, title="first")
-    second = ChatFactory(owner=user, title="second")
+    first = ChatFactory.create(owner=user, title="first")
+    second = ChatFactory.create(owner=user, title="second")
     # The first prompt reserves most of the bucket (input + 256 max output tokens).
     assert api_for(user).post(f"/api/chats/{first.pk}/messages", {"content": "hi"}, format="json").status_code == 202
     login(user)
@@ -206,8 +206,8 @@ def test_busy_answer_shows_retry_countdown_and_retry_works(page: Page, login, ap
 
 
 def test_phone_layout_sidebar_is_a_drawer(browser, live_stack, login, screenshot) -> None:  # type: ignore[no-untyped-def]
-    user = UserFactory()
-    ChatFactory(owner=user, title="on the phone")
+    user = UserFactory.create()
+    ChatFactory.create(owner=user, title="on the phone")
     context = browser.new_context(
         base_url=live_stack.base_url, viewport={"width": 390, "height": 844}, reduced_motion="reduce"
     )
@@ -244,7 +244,7 @@ def _fake_stream(page: Page, body: str) -> None:
 
 
 def test_queued_run_shows_position_and_estimated_wait(page: Page, login, screenshot) -> None:
-    user = UserFactory()
+    user = UserFactory.create()
     login(user)
     _fake_stream(
         page,
@@ -262,7 +262,7 @@ def test_queued_run_shows_position_and_estimated_wait(page: Page, login, screens
 
 
 def test_stream_error_is_shown_plainly(page: Page, login) -> None:
-    user = UserFactory()
+    user = UserFactory.create()
     login(user)
     _fake_stream(
         page,
@@ -281,8 +281,8 @@ def test_stream_error_is_shown_plainly(page: Page, login) -> None:
 
 
 def test_keyboard_only_skip_link_rename_and_send(page: Page, login) -> None:
-    user = UserFactory()
-    ChatFactory(owner=user, title="by keyboard")
+    user = UserFactory.create()
+    ChatFactory.create(owner=user, title="by keyboard")
     login(user)
     page.goto("/")
     expect(page.locator("#chat-list .chat-link")).to_have_count(1)

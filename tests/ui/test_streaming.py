@@ -62,7 +62,7 @@ def run_of(user: Any) -> Run:
 
 
 def test_answer_grows_token_by_token_and_ends_equal_to_the_stored_message(page: Page, login, screenshot) -> None:
-    user = UserFactory()
+    user = UserFactory.create()
     login(user)
     page.goto("/")
     bubble = send(page, "Tell me about streaming")
@@ -102,7 +102,7 @@ def test_answer_grows_token_by_token_and_ends_equal_to_the_stored_message(page: 
 
 
 def test_reload_mid_answer_shows_the_partial_text_at_once_and_loses_nothing(page: Page, login, screenshot) -> None:
-    user = UserFactory()
+    user = UserFactory.create()
     login(user)
     page.goto("/")
     bubble = send(page, "A long answer, please")
@@ -133,7 +133,7 @@ def test_reload_mid_answer_shows_the_partial_text_at_once_and_loses_nothing(page
 
 
 def test_network_drop_mid_answer_reconnects_and_loses_nothing(page: Page, context, login) -> None:  # type: ignore[no-untyped-def]
-    user = UserFactory()
+    user = UserFactory.create()
     login(user)
     page.goto("/")
     bubble = send(page, "Keep going through a network drop")
@@ -156,7 +156,7 @@ def test_network_drop_mid_answer_reconnects_and_loses_nothing(page: Page, contex
 
 
 def test_stop_ends_the_run_cancelled_and_keeps_the_partial_text(page: Page, login, screenshot) -> None:
-    user = UserFactory()
+    user = UserFactory.create()
     login(user)
     page.goto("/")
     bubble = send(page, "Say a lot, I will stop you")
@@ -180,7 +180,7 @@ def test_stop_ends_the_run_cancelled_and_keeps_the_partial_text(page: Page, logi
 
 
 def test_switching_chats_mid_answer_and_back_picks_the_answer_up_again(page: Page, login) -> None:
-    user = UserFactory()
+    user = UserFactory.create()
     login(user)
     page.goto("/")
     bubble = send(page, "First chat keeps talking")

@@ -25,7 +25,7 @@ def test_me_returns_username_tier_and_limits(api: APIClient, user) -> None:
 
 
 def test_me_budget_shrinks_by_what_a_prompt_reserves(api: APIClient, user) -> None:
-    chat = ChatFactory(owner=user)
+    chat = ChatFactory.create(owner=user)
     resp = api.post(f"/api/chats/{chat.pk}/messages", {"content": "hello", "max_tokens": 100}, format="json")
     assert resp.status_code == 202, resp.content
     remaining = api.get("/api/me").json()["remaining_tokens"]
@@ -41,10 +41,10 @@ def test_me_needs_authentication() -> None:
 
 
 def test_chat_detail_names_the_unfinished_run(api: APIClient, user) -> None:
-    chat = ChatFactory(owner=user)
-    RunFactory(chat=chat, status=RunStatus.DONE)
+    chat = ChatFactory.create(owner=user)
+    RunFactory.create(chat=chat, status=RunStatus.DONE)
     assert api.get(f"/api/chats/{chat.pk}").json()["active_run"] is None
-    active = RunFactory(chat=chat, status=RunStatus.STREAMING)
+    active = RunFactory.create(chat=chat, status=RunStatus.STREAMING)
     body = api.get(f"/api/chats/{chat.pk}").json()
     assert body["active_run"]["id"] == active.pk
     assert body["active_run"]["status"] == "streaming"

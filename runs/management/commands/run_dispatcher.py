@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from runs.dispatcher import build_dispatcher
+from runs.dispatcher_wiring import build_dispatcher
 
 
 class Command(BaseCommand):

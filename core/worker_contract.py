@@ -1,0 +1,140 @@
+"""Everything the web tier and the GPU workers agree on, in one place: task names, how work is sent, cancel
+signals, heartbeats and run leases.
+
+The web side (``runs``, ``chats``) sends tasks **by name** through Celery's current app and never imports
+the worker app; the workers (``inference_workers``) register the tasks under these names and keep these
+keys alive. Changing anything here changes the wire between the two: deploy both sides together.
+
+Redis keys:
+
+* ``worker:heartbeat:{worker}``: the worker's latest :class:`WorkerHeartbeat` (JSON), with a TTL of
+  ``WORKERS.heartbeat_ttl_s``: it vanishes that long after the worker dies.
+* ``run:{id}:lease``: held by the worker generating the run (``"<worker>/<pid>-<nonce>"``), refreshed with
+  the heartbeat; the reaper requeues a streaming run whose lease is gone.
+* ``run:{id}:cancel``: set (with a TTL) when a streaming run is to be aborted; ``runs:cancel`` is the pub/sub
+  channel that carries the run id so the worker reacts within one engine step.
+* ``chat:{id}:summary-pending``: set while a chat's summary task is queued or running (one at a time).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+
+import redis
+from celery import current_app
+from django.conf import settings
+
+from core.redis_client import get_redis
+
+GENERATE_TASK = "inference_workers.generate"
+"""``generate(run_id)``: one run on the worker's engine (acks late; idempotent for redeliveries)."""
+SUMMARIZE_TASK = "inference_workers.summarize"
+"""``summarize(chat_id)``: refresh a chat's rolling summary at the lowest engine priority."""
+
+HEARTBEAT_PREFIX = "worker:heartbeat:"
+SUMMARY_PENDING_TTL_S = 900
+
+
+def heartbeat_key(worker: str) -> str:
+    return f"{HEARTBEAT_PREFIX}{worker}"
+
+
+def run_lease_key(run_id: int) -> str:
+    """Held (with a short TTL, refreshed with the heartbeat) by the worker generating the run."""
+    return f"run:{run_id}:lease"
+
+
+def cancel_key(run_id: int) -> str:
+    """Set (with a TTL) when a streaming run is to be aborted; the worker checks it between engine steps."""
+    return f"run:{run_id}:cancel"
+
+
+def cancel_channel() -> str:
+    """Pub/sub channel that carries run ids to abort, so workers react within one engine step."""
+    return "runs:cancel"
+
+
+def summary_pending_key(chat_id: int) -> str:
+    """Set while a summary task of the chat is queued or running: one at a time per chat."""
+    return f"chat:{chat_id}:summary-pending"
+
+
+# -- sending work ----------------------------------------------------------------------------------------
+
+
+def send_generate(*, run_id: int, queue: str) -> None:
+    """Publishes ``generate(run_id)`` on ``queue`` (a tier queue, or one worker's own queue)."""
+    current_app.send_task(GENERATE_TASK, args=[run_id], queue=queue)
+
+
+def send_summarize(*, chat_id: int, queue: str) -> None:
+    """Publishes ``summarize(chat_id)`` on ``queue`` (the low-priority queue the workers drain last)."""
+    current_app.send_task(SUMMARIZE_TASK, args=[chat_id], queue=queue)
+
+
+def signal_cancel(*, run_id: int) -> None:
+    """Tells whichever worker streams ``run_id`` to abort it: a flag with a TTL, then a pub/sub nudge."""
+    pipe = get_redis().pipeline(transaction=False)
+    pipe.set(cancel_key(run_id), "1", ex=settings.STREAMS.live_ttl_s)
+    pipe.publish(cancel_channel(), str(run_id))
+    pipe.execute()
+
+
+# -- what the workers report -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkerHeartbeat:
+    worker: str
+    model: str
+    model_version: str
+    max_slots: int
+    running: int
+    waiting: int
+    kv_cache_usage: float
+    tpot_s: float | None
+    """Recent time per output token in seconds; None when nothing decoded lately."""
+    active_runs: int
+    """Runs this worker's task threads are generating (from Celery's side, including queued in vLLM)."""
+    updated_at: float
+    """Unix time of the write."""
+    prefix_cache_queries: int = 0
+    """Prompt tokens the engine looked up in its prefix cache since it started (cumulative, like vLLM's counter)."""
+    prefix_cache_hits: int = 0
+    """Of those, tokens served from the prefix cache; the hit rate over a period is Δhits / Δqueries."""
+    stats_at: float | None = None
+    """Unix time the engine measured running/waiting (its last step; older than ``updated_at`` during a long
+    step): the dispatcher counts runs sent after it as not yet visible in them."""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, raw: str) -> WorkerHeartbeat:
+        return cls(**json.loads(raw))
+
+    def age_s(self, now: float | None = None) -> float:
+        return (now if now is not None else time.time()) - self.updated_at
+
+
+def worker_heartbeats(*, client: redis.Redis | None = None) -> list[WorkerHeartbeat]:
+    """Every live worker's latest heartbeat (a heartbeat vanishes with its TTL when the worker dies)."""
+    client = client or get_redis()
+    keys = sorted(client.scan_iter(match=f"{HEARTBEAT_PREFIX}*", count=100))
+    if not keys:
+        return []
+    return [WorkerHeartbeat.from_json(str(raw)) for raw in client.mget(keys) if raw]
+
+
+def worker_heartbeat(worker: str, *, client: redis.Redis | None = None) -> WorkerHeartbeat | None:
+    """One worker's latest heartbeat; None when it has none (gone, or never started)."""
+    raw = (client or get_redis()).get(heartbeat_key(worker))
+    return WorkerHeartbeat.from_json(str(raw)) if raw is not None else None
+
+
+def run_lease_holder(*, run_id: int, client: redis.Redis | None = None) -> str | None:
+    """The lease value of the worker generating the run, or None when nobody holds it."""
+    holder = (client or get_redis()).get(run_lease_key(run_id))
+    return str(holder) if holder is not None else None

