@@ -411,8 +411,6 @@ def main() -> None:
                 "--port",
                 str(args.port),
                 "--no-access-log",
-                "--lifespan",
-                "off",
                 "--timeout-graceful-shutdown",
                 "2",
                 "--backlog",

@@ -12,15 +12,14 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatproject.settings.base")
 # runs the whole web tier; every other path goes straight to the app.
 _django = ASGIStaticFilesHandler(get_asgi_application())
 
-# The run streams skip Django's per-request thread (see runs/streaming/asgi.py); imported after setup.
+# Imported after setup (the apps need Django's registry).
+from core.asgi_lifespan import with_lifespan  # noqa: E402
+from deployments.readiness import web_startup  # noqa: E402
 from runs.streaming.asgi import with_stream_route  # noqa: E402
 
-application = with_stream_route(_django)
-
-# Prompts are counted with the model's tokenizer at POST time; load it now rather than on the first prompt.
-from deployments.tokenizer import warm_up_in_background  # noqa: E402
-
-warm_up_in_background()
+# The run streams skip Django's per-request thread (see runs/streaming/asgi.py). Prompts are counted with the
+# model's tokenizer at POST time: it is loaded at lifespan startup, before the first connection is accepted.
+application = with_lifespan(with_stream_route(_django), startup=web_startup)
 
 # Thousands of open streams keep hundreds of thousands of objects alive; a full collection over them
 # (and over everything imported above) stalled the event loop for ~300 ms every few seconds under load.

@@ -1,51 +1,114 @@
-"""The serving model's tokenizer, loaded once per process (counts tokens, renders the chat template)."""
+"""The serving model's tokenizer, loaded once per process (counts tokens, renders the chat template).
+
+Readiness: a web process loads it at ASGI startup, before it accepts a connection (``deployments.readiness``).
+While the model is not there yet (``prepare_model`` still materializing it, or a folder that is missing or
+broken), every call raises :class:`ModelNotReady`, a 503 with ``Retry-After``, instead of letting
+``transformers`` fail inside a request; a background watcher loads it as soon as it appears. One lock
+serializes the loads, so two threads never import ``transformers`` at once (a half-imported module once made
+the first prompt after a restart fail with ``cannot import name 'AutoTokenizer'``).
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
-from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 
+from core.errors import DomainError
+
 logger = logging.getLogger(__name__)
 
+RETRY_AFTER_S = 5
 
-@lru_cache(maxsize=4)
-def _load(model_path: str) -> Any:
-    # transformers is imported on first use: it takes seconds and pulls in torch, and most processes that
-    # import this module (the dispatcher, the management commands) never load a tokenizer.
-    from transformers import AutoTokenizer
+_tokenizers: dict[str, Any] = {}
+_problems: dict[str, str] = {}
+"""Why the last load of a model path failed (the message :class:`ModelNotReady` and ``/readyz`` give)."""
+_load_lock = threading.Lock()
 
-    return AutoTokenizer.from_pretrained(model_path)
+
+class ModelNotReady(DomainError):
+    """The model's tokenizer cannot be loaded yet: a 503 with ``Retry-After``; the request wrote nothing."""
+
+    status_code = 503
+    code = "model_not_ready"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, headers={"Retry-After": str(RETRY_AFTER_S)})
+
+
+def _missing_files(model_path: str) -> str | None:
+    """What a local model folder lacks for its tokenizer; None when it has it (or names a cached hub model)."""
+    path = Path(model_path)
+    if not path.is_absolute() and not model_path.startswith("."):
+        return None  # a model name the operator cached locally: only loading it can tell
+    if not path.is_dir():
+        return f"the model folder {path} does not exist yet (is `manage.py prepare_model` still running?)"
+    if not any((path / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+        return f"the model folder {path} has no tokenizer files yet"
+    return None
+
+
+def load_tokenizer(model_path: str, *, wait: bool = True) -> Any:
+    """The tokenizer of ``model_path``, loading it on first use; raises :class:`ModelNotReady` when it cannot.
+
+    ``wait=False`` (the request path) does not queue behind a load in progress: it answers 503 at once.
+    """
+    tokenizer = _tokenizers.get(model_path)
+    if tokenizer is not None:
+        return tokenizer
+    if not _load_lock.acquire(blocking=wait):
+        raise ModelNotReady("The model's tokenizer is loading; retry in a few seconds.")
+    try:
+        if model_path in _tokenizers:
+            return _tokenizers[model_path]
+        missing = _missing_files(model_path)
+        if missing is not None:
+            _problems[model_path] = missing
+            raise ModelNotReady(f"The model is not ready: {missing}.")
+        try:
+            # transformers is imported on first use: it takes seconds and pulls in torch, and most processes
+            # that import this module (the dispatcher, the management commands) never load a tokenizer.
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(model_path)
+        except (OSError, ValueError, ImportError) as exc:
+            _problems[model_path] = f"loading its tokenizer failed: {exc.__class__.__name__}: {exc}"
+            logger.warning("tokenizer of %s could not be loaded", model_path, exc_info=True)
+            raise ModelNotReady(f"The model is not ready: {_problems[model_path]}") from exc
+        _tokenizers[model_path] = tokenizer
+        _problems.pop(model_path, None)
+        logger.info("tokenizer of %s loaded", model_path)
+        return tokenizer
+    finally:
+        _load_lock.release()
+
+
+def tokenizer_status(model_path: str | None = None) -> str:
+    """``ok`` when loaded, else why not (for ``/readyz``); never loads anything."""
+    path = model_path or settings.ENGINE.model_path
+    if path in _tokenizers:
+        return "ok"
+    return _problems.get(path) or "not loaded yet"
 
 
 def get_tokenizer() -> Any:
-    """The ``AutoTokenizer`` of ``settings.ENGINE.model_path`` (run ``prepare_model`` first for the default)."""
-    return _load(settings.ENGINE.model_path)
+    """The ``AutoTokenizer`` of ``settings.ENGINE.model_path``; waits for a load in progress (workers, scripts)."""
+    return load_tokenizer(settings.ENGINE.model_path)
+
+
+def request_tokenizer() -> Any:
+    """:func:`get_tokenizer` for a request: a load in progress is a 503 now, not a request held for seconds."""
+    return load_tokenizer(settings.ENGINE.model_path, wait=False)
 
 
 def count_tokens(text: str) -> int:
-    return len(get_tokenizer().encode(text, add_special_tokens=False))
+    return len(request_tokenizer().encode(text, add_special_tokens=False))
 
 
 def apply_chat_template(messages: list[dict[str, str]]) -> str:
     """Renders ``[{role, content}, ...]`` into the prompt text, ending with the assistant's turn opener."""
-    rendered: str = get_tokenizer().apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    rendered: str = request_tokenizer().apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     return rendered
-
-
-def warm_up_in_background() -> None:
-    """Loads the tokenizer on a daemon thread so a web process's first prompt does not pay ~10 s for it.
-
-    A missing model folder is not fatal here: the first prompt then reports it (or loads it) as usual.
-    """
-
-    def load() -> None:
-        try:
-            get_tokenizer()
-        except Exception:  # noqa: BLE001 - warm-up is best effort; the request path raises the real error
-            logger.warning("tokenizer warm-up failed for %s", settings.ENGINE.model_path)
-
-    threading.Thread(target=load, name="tokenizer-warmup", daemon=True).start()

@@ -1,11 +1,21 @@
-"""Liveness and readiness probes."""
+"""Liveness and readiness probes.
+
+``/readyz`` tells what this web process can serve, in its JSON body: the database, Redis, and the served
+model's tokenizer (prompts need it). It answers 503 while any of them is missing, so a load balancer sends no
+prompts to a process that would refuse them. The workers are reported too (``workers_ready``: live
+heartbeats, that is engines built and consuming) but do not make a web process unready: without a worker,
+prompts are still accepted and wait in the queue.
+"""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
 
 from core.redis_client import get_redis
+from core.worker_contract import worker_heartbeats
+from deployments.tokenizer import tokenizer_status
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
@@ -20,10 +30,14 @@ def readyz(request: HttpRequest) -> JsonResponse:
         checks["database"] = "ok"
     except Exception as exc:  # noqa: BLE001 - any failure means not ready
         checks["database"] = f"error: {exc.__class__.__name__}"
+    workers: int | None = None
     try:
         get_redis().ping()
         checks["redis"] = "ok"
+        workers = len(worker_heartbeats())
     except Exception as exc:  # noqa: BLE001
         checks["redis"] = f"error: {exc.__class__.__name__}"
+    checks[f"tokenizer:{settings.ENGINE.served_model_name}"] = tokenizer_status()
     ready = all(v == "ok" for v in checks.values())
-    return JsonResponse({"status": "ready" if ready else "not ready", "checks": checks}, status=200 if ready else 503)
+    body = {"status": "ready" if ready else "not ready", "checks": checks, "workers_ready": workers}
+    return JsonResponse(body, status=200 if ready else 503)

@@ -35,6 +35,32 @@ pids+=($!)
 $PY manage.py run_dispatcher &
 pids+=($!)
 
-echo "web: http://127.0.0.1:$PORT  (API docs: http://127.0.0.1:$PORT/api/docs/)"
-echo "Prometheus: http://127.0.0.1:$PORT/metrics (system)  http://127.0.0.1:${WORKER_METRICS_PORT:-9101}/metrics (vLLM)"
+# Flower on 127.0.0.1:5555, behind basic auth: a password generated once per checkout (var/flower-password),
+# unless FLOWER_BASIC_AUTH=user:password is given.
+if [ -z "${FLOWER_BASIC_AUTH:-}" ]; then
+  mkdir -p var
+  if [ ! -s var/flower-password ]; then
+    (umask 077; $PY -c 'import secrets; print(secrets.token_urlsafe(18))' > var/flower-password)
+  fi
+  FLOWER_BASIC_AUTH="admin:$(cat var/flower-password)"
+fi
+FLOWER_BASIC_AUTH="$FLOWER_BASIC_AUTH" bash scripts/flower.sh >/dev/null 2>&1 &
+pids+=($!)
+
+echo "starting: web http://127.0.0.1:$PORT (prompts are answered 503 until the model is ready)"
+# "ready" only once a worker has heartbeated: its engine is built and it consumes the tier queues.
+(
+  until $PY - "$PORT" <<'PYEOF' 2>/dev/null; do sleep 1; done
+import json, sys, urllib.request
+try:
+    body = json.load(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/readyz", timeout=2))
+except Exception:
+    sys.exit(1)
+sys.exit(0 if body["status"] == "ready" and (body.get("workers_ready") or 0) > 0 else 1)
+PYEOF
+  echo "ready: http://127.0.0.1:$PORT  (API docs: http://127.0.0.1:$PORT/api/docs/)"
+  echo "Prometheus: http://127.0.0.1:$PORT/metrics (system)  http://127.0.0.1:${WORKER_METRICS_PORT:-9101}/metrics (vLLM)"
+  echo "Flower: http://127.0.0.1:${FLOWER_PORT:-5555}  (user ${FLOWER_BASIC_AUTH%%:*}, password ${FLOWER_BASIC_AUTH#*:})"
+) &
+pids+=($!)
 wait -n

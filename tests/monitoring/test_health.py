@@ -1,15 +1,19 @@
-"""Liveness (/healthz) and readiness (/readyz: the database and Redis are reachable)."""
+"""Liveness (/healthz) and readiness (/readyz: the database, Redis and the model's tokenizer)."""
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.test import Client
 from pytest_django.fixtures import Settings
 
 from core.redis_client import get_redis
+from deployments.tokenizer import ModelNotReady, get_tokenizer
 
 
 @pytest.fixture
@@ -35,10 +39,28 @@ def test_healthz_answers_without_dependencies(redis_down: None) -> None:
 
 
 @pytest.mark.django_db
-def test_readyz_200_when_database_and_redis_are_up() -> None:
+def test_readyz_200_when_database_redis_and_tokenizer_are_up() -> None:
+    get_tokenizer()
     resp = Client().get("/readyz")
     assert resp.status_code == 200
-    assert resp.json() == {"status": "ready", "checks": {"database": "ok", "redis": "ok"}}
+    tokenizer = f"tokenizer:{settings.ENGINE.served_model_name}"
+    assert resp.json() == {
+        "status": "ready",
+        "checks": {"database": "ok", "redis": "ok", tokenizer: "ok"},
+        "workers_ready": 0,
+    }
+
+
+@pytest.mark.django_db
+def test_readyz_503_names_a_model_that_is_not_there_yet(settings: Settings, tmp_path: Path) -> None:
+    settings.ENGINE = dataclasses.replace(settings.ENGINE, model=str(tmp_path / "not-yet"))
+    with pytest.raises(ModelNotReady):
+        get_tokenizer()
+    resp = Client().get("/readyz")
+    assert resp.status_code == 503
+    body = resp.json()
+    assert body["status"] == "not ready" and body["checks"]["database"] == "ok"
+    assert "does not exist yet" in body["checks"][f"tokenizer:{settings.ENGINE.served_model_name}"]
 
 
 @pytest.mark.django_db

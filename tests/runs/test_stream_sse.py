@@ -60,8 +60,6 @@ def web(django_db_setup: None, django_db_blocker: Any) -> Iterator[tuple[str, st
                 "--port",
                 str(port),
                 "--no-access-log",
-                "--lifespan",
-                "off",
                 "--timeout-graceful-shutdown",
                 "2",
             ],
