@@ -62,5 +62,5 @@ PYEOF
   echo "Prometheus: http://127.0.0.1:$PORT/metrics (system)  http://127.0.0.1:${WORKER_METRICS_PORT:-9101}/metrics (vLLM)"
   echo "Flower: http://127.0.0.1:${FLOWER_PORT:-5555}  (user ${FLOWER_BASIC_AUTH%%:*}, password ${FLOWER_BASIC_AUTH#*:})"
 ) &
-pids+=($!)
-wait -n
+# Any of the services ending stops the rest (the readiness printer above ending is not one of them).
+wait -n "${pids[@]}"
