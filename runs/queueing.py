@@ -10,14 +10,13 @@ from __future__ import annotations
 import logging
 from functools import lru_cache
 
-from scheduling.redis_store import RedisQueueStore
-
 from accounts.limits import user_limits
 from accounts.models import Tier
 from core.redis_client import get_redis
 from deployments.tokenizer import count_tokens
 from runs.models import Run
 from scheduling.policy import QueuedRun
+from scheduling.redis_store import RedisQueueStore
 
 logger = logging.getLogger(__name__)
 
