@@ -7,11 +7,11 @@ from __future__ import annotations
 import logging
 
 from django.conf import settings
-from scheduling.redis_store import RedisQueueStore
 
 from accounts.models import Tier
 from core.redis_client import get_redis
 from core.worker_contract import worker_heartbeats
+from runs.dispatcher_figures import DispatcherFigures
 from runs.models import RunStatus
 from runs.reaper import reap_orphaned_runs, requeue_lost_runs
 from runs.routing import send_to_worker
@@ -19,6 +19,7 @@ from runs.streaming.contract import RunStreamWriter, StreamEvent
 from scheduling.dispatcher import Dispatcher, DispatcherSettings
 from scheduling.gate import EngineSample, GatePolicy, TierGate, parse_gates
 from scheduling.policy import FairPolicy, QueuedRun, TierSpec
+from scheduling.redis_store import RedisQueueStore
 from scheduling.store import Position
 
 logger = logging.getLogger(__name__)
@@ -91,4 +92,5 @@ def build_dispatcher(*, use_leader_lock: bool = True) -> Dispatcher:
         on_positions=publish_positions,
         use_leader_lock=use_leader_lock,
         housekeeping=housekeeping,
+        observer=DispatcherFigures(deployment=settings.ENGINE.served_model_name),
     )
