@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import redis
+from redis.typing import EncodableT, FieldT
 
 from core.redis_client import get_redis
 from runs.counters import Histogram
@@ -80,7 +81,7 @@ class DispatcherFigures:
             return
         self._written_at = now
         pending, self._pending = self._pending, {}
-        state: dict[str, float] = {f"gate|{tier}|{self.deployment}": int(is_open) for tier, is_open in gates.items()}
+        state: dict[FieldT, EncodableT] = {f"gate|{tier}|{self.deployment}": int(o) for tier, o in gates.items()}
         state["written_at"] = time.time()
         try:
             pipe = self.client.pipeline(transaction=False)

@@ -56,9 +56,7 @@ def publish(worker: str, registry: CollectorRegistry, *, deployment: str = "Smol
 
 
 def families_of(text: str) -> dict[str, list[tuple[str, dict[str, str], float]]]:
-    return {
-        f.name: [(s.name, s.labels, s.value) for s in f.samples] for f in text_string_to_metric_families(text)
-    }
+    return {f.name: [(s.name, s.labels, s.value) for s in f.samples] for f in text_string_to_metric_families(text)}
 
 
 def test_a_worker_publishes_only_its_engine_families() -> None:
