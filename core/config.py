@@ -101,6 +101,10 @@ class WorkerConfig:
     """The reaper requeues orphaned runs (True) or fails them at once (False)."""
     metrics_port: int
     """Port on which each worker process serves vLLM's own Prometheus metrics (0: off). One port per process."""
+    metrics_publish_s: float
+    """Seconds between a worker's copies of its vLLM metrics (``vllm:*``) to Redis, merged into the web's
+    ``/metrics`` (0: off). The heartbeat thread writes them, so a scrape reads figures at most this plus
+    ``WORKER_HEARTBEAT_INTERVAL_S`` old."""
 
 
 @dataclass(frozen=True)
@@ -197,6 +201,7 @@ def worker_config_from_env() -> WorkerConfig:
         orphan_grace_s=env.float("WORKER_ORPHAN_GRACE_S", default=15.0),
         requeue_orphans=env.bool("WORKER_REQUEUE_ORPHANS", default=True),
         metrics_port=env.int("WORKER_METRICS_PORT", default=0),
+        metrics_publish_s=env.float("WORKER_METRICS_PUBLISH_S", default=5.0),
     )
 
 

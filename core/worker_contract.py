@@ -14,11 +14,15 @@ Redis keys:
 * ``run:{id}:cancel``: set (with a TTL) when a streaming run is to be aborted; ``runs:cancel`` is the pub/sub
   channel that carries the run id so the worker reacts within one engine step.
 * ``chat:{id}:summary-pending``: set while a chat's summary task is queued or running (one at a time).
+* ``worker:metrics:{worker}``: the worker's latest :class:`EngineMetricsSnapshot` (JSON: its engine's ``vllm:*``
+  families in Prometheus' text format), rewritten every ``WORKERS.metrics_publish_s`` with a TTL of
+  :func:`engine_metrics_ttl_s`; the web's ``/metrics`` merges every snapshot still there.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import asdict, dataclass
 
@@ -26,6 +30,7 @@ import redis
 from celery import current_app
 from django.conf import settings
 
+from core.config import WorkerConfig
 from core.redis_client import get_redis
 
 GENERATE_TASK = "inference_workers.generate"
@@ -34,11 +39,19 @@ SUMMARIZE_TASK = "inference_workers.summarize"
 """``summarize(chat_id)``: refresh a chat's rolling summary at the lowest engine priority."""
 
 HEARTBEAT_PREFIX = "worker:heartbeat:"
+ENGINE_METRICS_PREFIX = "worker:metrics:"
+ENGINE_METRIC_FAMILY_PREFIX = "vllm:"
+"""Only the engine's own families travel (not the worker process's ``process_*``/``python_*`` ones, which would
+clash between workers, nor anything that could shadow the web's ``chat_*`` families)."""
 SUMMARY_PENDING_TTL_S = 900
 
 
 def heartbeat_key(worker: str) -> str:
     return f"{HEARTBEAT_PREFIX}{worker}"
+
+
+def engine_metrics_key(worker: str) -> str:
+    return f"{ENGINE_METRICS_PREFIX}{worker}"
 
 
 def run_lease_key(run_id: int) -> str:
@@ -138,3 +151,45 @@ def run_lease_holder(*, run_id: int, client: redis.Redis | None = None) -> str |
     """The lease value of the worker generating the run, or None when nobody holds it."""
     holder = (client or get_redis()).get(run_lease_key(run_id))
     return str(holder) if holder is not None else None
+
+
+@dataclass(frozen=True)
+class EngineMetricsSnapshot:
+    """One worker's engine metrics as the web's ``/metrics`` merges them (with ``worker`` and ``deployment``
+    labels added to every sample)."""
+
+    worker: str
+    deployment: str
+    """The served model (the heartbeat's ``model``) until deployments are versioned."""
+    published_at: float
+    """Unix time the worker rendered ``text``."""
+    text: str
+    """The worker's ``vllm:*`` families in Prometheus' text exposition format."""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, raw: str) -> EngineMetricsSnapshot:
+        return cls(**json.loads(raw))
+
+
+def engine_metrics_ttl_s(config: WorkerConfig) -> int:
+    """How long a snapshot outlives its writer: past the next publication (which comes within one publish
+    interval plus one heartbeat interval), so a live worker never drops out between two, and gone this long after
+    a worker dies, like its heartbeat."""
+    return max(1, math.ceil(config.metrics_publish_s + config.heartbeat_ttl_s))
+
+
+def publish_engine_metrics(snapshot: EngineMetricsSnapshot, *, ttl_s: int, client: redis.Redis | None = None) -> None:
+    """Stores the worker's snapshot for ``ttl_s`` seconds (on a pipeline: queued with its other commands)."""
+    (client or get_redis()).set(engine_metrics_key(snapshot.worker), snapshot.to_json(), ex=ttl_s)
+
+
+def engine_metrics_snapshots(*, client: redis.Redis | None = None) -> list[EngineMetricsSnapshot]:
+    """Every live worker's latest engine metrics, by worker name (an expired worker is absent)."""
+    client = client or get_redis()
+    keys = sorted(client.scan_iter(match=f"{ENGINE_METRICS_PREFIX}*", count=100))
+    if not keys:
+        return []
+    return [EngineMetricsSnapshot.from_json(str(raw)) for raw in client.mget(keys) if raw]

@@ -1,7 +1,8 @@
 """The per-process worker runtime: the engine host, the heartbeat thread and the cancel listener.
 
 Built once per worker process at worker start (see :mod:`inference_workers.signals`) before the worker
-consumes anything; Celery task threads reach it through :func:`get_runtime`.
+consumes anything; Celery task threads reach it through :func:`get_runtime`. The heartbeat thread also copies
+the engine's ``vllm:*`` metrics to Redis every ``WORKER_METRICS_PUBLISH_S`` for the web's ``/metrics``.
 """
 
 from __future__ import annotations
@@ -11,14 +12,29 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import redis
 from django.conf import settings
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
 
 from core.config import EngineConfig, WorkerConfig
 from core.redis_client import get_redis
-from core.worker_contract import WorkerHeartbeat, cancel_channel, cancel_key, heartbeat_key, run_lease_key
+from core.worker_contract import (
+    ENGINE_METRIC_FAMILY_PREFIX,
+    EngineMetricsSnapshot,
+    WorkerHeartbeat,
+    cancel_channel,
+    cancel_key,
+    engine_metrics_key,
+    engine_metrics_ttl_s,
+    heartbeat_key,
+    publish_engine_metrics,
+    run_lease_key,
+)
 from inference_workers.engine.base import InferenceEngine
 from inference_workers.engine.host import EngineHost
 
@@ -29,6 +45,22 @@ _RELEASE_LEASE = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
 return 0
 """
+
+
+class _EngineFamilies(Collector):
+    """The engine's own families of a registry: vLLM registers them in the process's default registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+
+    def collect(self) -> Iterable[Metric]:
+        return [m for m in self.registry.collect() if m.name.startswith(ENGINE_METRIC_FAMILY_PREFIX)]
+
+
+def engine_metrics_text(registry: CollectorRegistry = REGISTRY) -> str:
+    """The registry's ``vllm:*`` families in Prometheus' text format ("" when the engine registers none, as the
+    simulated engine does)."""
+    return generate_latest(_EngineFamilies(registry)).decode()
 
 
 @dataclass
@@ -48,6 +80,7 @@ class WorkerRuntime:
         worker_config: WorkerConfig,
         engine: InferenceEngine | None = None,
         client: redis.Redis | None = None,
+        metrics_registry: CollectorRegistry = REGISTRY,
     ) -> None:
         self.worker_name = worker_name
         self.lease_value = f"{worker_name}/{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -58,6 +91,8 @@ class WorkerRuntime:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self.metrics_registry = metrics_registry
+        self._metrics_published_at = float("-inf")
 
     # lifecycle
 
@@ -73,7 +108,7 @@ class WorkerRuntime:
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=5)
-        self.client.delete(heartbeat_key(self.worker_name))
+        self.client.delete(heartbeat_key(self.worker_name), engine_metrics_key(self.worker_name))
         self.host.shutdown()
 
     # runs
@@ -138,11 +173,34 @@ class WorkerRuntime:
             prefix_cache_hits=stats.prefix_cache_hits,
             stats_at=stats.updated_at,
         )
+        snapshot = self._engine_metrics_due(deployment=engine.model_name)
         pipe = self.client.pipeline(transaction=False)
         pipe.set(heartbeat_key(self.worker_name), beat.to_json(), ex=ttl)
         for run_id in self.active_run_ids():
             pipe.set(run_lease_key(run_id), self.lease_value, ex=ttl, xx=True)
+        if snapshot is not None:
+            publish_engine_metrics(snapshot, ttl_s=engine_metrics_ttl_s(self.worker_config), client=pipe)
         pipe.execute()
+
+    def _engine_metrics_due(self, *, deployment: str) -> EngineMetricsSnapshot | None:
+        """The engine's metrics when a publication is due (every ``metrics_publish_s``, riding on the heartbeat
+        so no thread of its own); None when not due, off, or the engine has none. Never raises: a broken
+        exposition must not cost the heartbeat."""
+        interval = self.worker_config.metrics_publish_s
+        now = time.monotonic()
+        if interval <= 0 or now - self._metrics_published_at < interval:
+            return None
+        self._metrics_published_at = now
+        try:
+            text = engine_metrics_text(self.metrics_registry)
+        except Exception:
+            logger.exception("engine metrics: rendering failed; not published")
+            return None
+        if not text:
+            return None
+        return EngineMetricsSnapshot(
+            worker=self.worker_name, deployment=deployment, published_at=time.time(), text=text
+        )
 
     def _heartbeat_loop(self) -> None:
         interval = self.worker_config.heartbeat_interval_s

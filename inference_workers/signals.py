@@ -35,7 +35,9 @@ def serve_engine_metrics(port: int) -> None:
 
     vLLM's ``PrometheusStatLogger`` always joins our own stat logger, so its ``vllm:*`` families (time to first
     token, prefix-cache hits, KV-cache usage, preemptions...) are there as in ``vllm serve``'s ``/metrics``.
-    A port that is taken is logged, not fatal: the worker still serves runs.
+    A port that is taken is logged, not fatal: the worker still serves runs. It is an option: the runtime's
+    heartbeat also copies these families to Redis (``WORKER_METRICS_PUBLISH_S``) and the web's ``/metrics`` merges
+    them, so one scrape target covers every worker.
     """
     if port <= 0:
         return

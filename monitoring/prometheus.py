@@ -6,12 +6,15 @@ behind one service name) and the figures agree:
 - counters and histograms of runs (``runs.counters``: admitted, refused by limit, finished by status, tokens,
   time to first token, queue wait), by tier;
 - the workers' heartbeats (slots, running, waiting, KV-cache usage, time per output token), by worker;
-- the scheduler's queue depth by tier, runs queued/streaming/cancelling in Postgres, live SSE streams.
+- the scheduler's queue depth by tier, runs queued/streaming/cancelling in Postgres, live SSE streams;
+- the dispatcher's figures (``runs.dispatcher_figures``: decisions and queue wait by tier, gate state);
+- every live worker's vLLM families (``vllm:*``), merged from the copies they keep in Redis
+  (``monitoring.engine_metrics``), labelled ``worker`` and ``deployment``.
 
 A source that cannot be reached is reported as ``chat_metrics_source_up{source=...} 0`` and its families are
 left out; the endpoint itself still answers 200. ``METRICS_TOKEN`` (when set) must come as
-``Authorization: Bearer <token>``. vLLM's own engine metrics are served by each worker on
-``WORKER_METRICS_PORT`` (see ``inference_workers.signals``).
+``Authorization: Bearer <token>``. Each worker can still serve its own vLLM metrics on ``WORKER_METRICS_PORT``
+(see ``inference_workers.signals``).
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from core.worker_contract import worker_heartbeats
-from runs.counters import LATENCY_BUCKETS_S, RunMetrics, read_run_metrics
+from monitoring.engine_metrics import engine_families
+from runs.counters import LATENCY_BUCKETS_S, Histogram, RunMetrics, read_run_metrics
+from runs.dispatcher_figures import QUEUE_WAIT_BUCKETS_S, read_dispatcher_figures
 from runs.models import ACTIVE_STATUSES, Run
 from runs.queueing import get_scheduler_store
 from runs.streaming.load import count_active_streams
@@ -65,13 +70,50 @@ def _counter_families(metrics: RunMetrics) -> Iterator[Metric]:
         for tier, value in sorted(values.items()):
             family.add_metric([tier], value)
         yield family
-    bounds = [repr(b) for b in LATENCY_BUCKETS_S] + ["+Inf"]
     for base, help_text in _HISTOGRAM_HELP.items():
-        histogram = HistogramMetricFamily(f"chat_run_{base}_seconds", help_text, labels=["tier"])
-        for tier, hist in sorted(metrics.histograms.get(base, {}).items()):
-            buckets = [(bound, hist.buckets.get(bound, 0.0)) for bound in bounds]
-            histogram.add_metric([tier], buckets, sum_value=hist.sum)
-        yield histogram
+        yield _histogram(f"chat_run_{base}_seconds", help_text, metrics.histograms.get(base, {}), LATENCY_BUCKETS_S)
+
+
+def _histogram(
+    name: str, help_text: str, by_tier: dict[str, Histogram], upper_bounds: tuple[float, ...]
+) -> HistogramMetricFamily:
+    bounds = [repr(b) for b in upper_bounds] + ["+Inf"]
+    histogram = HistogramMetricFamily(name, help_text, labels=["tier"])
+    for tier, hist in sorted(by_tier.items()):
+        buckets = [(bound, hist.buckets.get(bound, 0.0)) for bound in bounds]
+        histogram.add_metric([tier], buckets, sum_value=hist.sum)
+    return histogram
+
+
+def _dispatcher_families() -> Iterator[Metric]:
+    figures = read_dispatcher_figures()
+    decisions = CounterMetricFamily(
+        "chat_dispatcher_decisions", "Runs the dispatcher sent to the workers.", labels=["tier"]
+    )
+    for tier, value in sorted(figures.decisions.items()):
+        decisions.add_metric([tier], value)
+    yield decisions
+    yield _histogram(
+        "chat_scheduler_queue_wait_seconds",
+        "Time a run waited in the scheduler's queue, from enqueue (the POST's commit) to dispatch.",
+        figures.queue_wait,
+        QUEUE_WAIT_BUCKETS_S,
+    )
+    gates = GaugeMetricFamily(
+        "chat_dispatcher_gate_open",
+        "1 while the tier's gate lets runs through to the deployment's engines, 0 while it holds them back.",
+        labels=["tier", "deployment"],
+    )
+    for (tier, deployment), is_open in sorted(figures.gates.items()):
+        gates.add_metric([tier, deployment], int(is_open))
+    yield gates
+    if figures.written_at is not None:
+        age = GaugeMetricFamily(
+            "chat_dispatcher_figures_age_seconds",
+            "Seconds since the leading dispatcher last wrote its figures (about 1 s at most while one leads).",
+        )
+        age.add_metric([], max(0.0, time.time() - figures.written_at))
+        yield age
 
 
 def _worker_families() -> Iterator[Metric]:
@@ -164,6 +206,8 @@ class SystemCollector(Collector):
             ("workers", _worker_families),
             ("queues", _queue_families),
             ("database", _database_families),
+            ("dispatcher", _dispatcher_families),
+            ("engines", engine_families),
         )
         for name, build in sources:
             try:

@@ -11,6 +11,7 @@ from django.conf import settings
 from accounts.models import Tier
 from core.redis_client import get_redis
 from core.worker_contract import worker_heartbeats
+from runs.dispatcher_figures import DispatcherFigures
 from runs.models import RunStatus
 from runs.reaper import reap_orphaned_runs, requeue_lost_runs
 from runs.routing import send_to_worker
@@ -91,4 +92,5 @@ def build_dispatcher(*, use_leader_lock: bool = True) -> Dispatcher:
         on_positions=publish_positions,
         use_leader_lock=use_leader_lock,
         housekeeping=housekeeping,
+        observer=DispatcherFigures(deployment=settings.ENGINE.served_model_name),
     )

@@ -4,8 +4,9 @@ One tick: take (or keep) the leader lock, read the engine load once, then repeat
 let the policy choose, claim the chosen run atomically in the store and hand it to ``send``. The claim is the
 guard against double dispatch (a second dispatcher, a lost lock, a concurrent cancel); the lock only keeps
 the policy's counters consistent. Queue positions and estimated waits are refreshed every few seconds.
-The Django command ``run_dispatcher`` supplies ``stats`` (worker heartbeats), ``send`` (Celery) and
-``on_positions`` (status events on the runs' streams).
+The Django command ``run_dispatcher`` supplies ``stats`` (worker heartbeats), ``send`` (Celery),
+``on_positions`` (status events on the runs' streams) and an ``observer`` that records the figures for
+``/metrics`` (``runs.dispatcher_figures``).
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
+from typing import Protocol
 
 import redis
 
@@ -60,6 +63,18 @@ def user_is_busy(run: QueuedRun, *, in_flight: dict[int, int], share: float, top
     return run.tier != top_tier or in_flight.get(run.user_id, 0) >= share
 
 
+class DispatchObserver(Protocol):
+    """What the leader reports for monitoring; the dispatcher logs and ignores its errors."""
+
+    def decided(self, run: QueuedRun, *, waited_s: float) -> None:
+        """``run`` was sent after ``waited_s`` seconds in the scheduler's queue (enqueue to dispatch)."""
+        ...
+
+    def ticked(self, gates: Mapping[str, bool]) -> None:
+        """A tick ended; ``gates``: whether each tier's gate admits a run now (from a user below their share)."""
+        ...
+
+
 class Dispatcher:
     def __init__(
         self,
@@ -74,6 +89,7 @@ class Dispatcher:
         clock: Callable[[], float] = time.time,
         use_leader_lock: bool = True,
         housekeeping: Callable[[], object] | None = None,
+        observer: DispatchObserver | None = None,
     ) -> None:
         self.store = store
         self.policy = policy
@@ -85,6 +101,7 @@ class Dispatcher:
         self.clock = clock
         self.use_leader_lock = use_leader_lock
         self.housekeeping = housekeeping
+        self.observer = observer
         self._last_housekeeping_at = float("-inf")
         self.token = store.new_lock_token()
         self._dispatch_times: deque[float] = deque()
@@ -137,6 +154,8 @@ class Dispatcher:
             busy[run.user_id] = busy.get(run.user_id, 0) + 1
             sent.append(run)
             self._dispatch_times.append(self.clock())
+            if self.observer is not None:
+                self._observe(partial(self.observer.decided, run, waited_s=max(0.0, self.clock() - run.enqueued_at)))
             load = EngineLoad(
                 fresh=load.fresh,
                 slots=load.slots,
@@ -147,6 +166,9 @@ class Dispatcher:
                 dispatched_since_stats=load.dispatched_since_stats + 1,
             )
         self.store.save_policy(self.policy.to_dict())
+        if self.observer is not None:
+            gates = {tier: self.gate.admits(tier, load) for tier in self.store.tiers if tier in self.gate.gates}
+            self._observe(partial(self.observer.ticked, gates))
         if self.clock() - self._last_positions_at >= self.settings.positions_interval_s:
             self.refresh_positions()
         if self.housekeeping is not None and (
@@ -158,6 +180,12 @@ class Dispatcher:
             except Exception:
                 logger.exception("dispatcher housekeeping failed")
         return sent
+
+    def _observe(self, report: Callable[[], object]) -> None:
+        try:
+            report()
+        except Exception:  # a lost figure must never stop dispatching
+            logger.exception("dispatcher observer failed")
 
     def _admits_for(
         self, load: EngineLoad, busy: dict[int, int], heads: dict[str, dict[int, QueuedRun]]

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from django.conf import settings
+from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from chats.models import Message, MessageRole
@@ -30,6 +31,7 @@ from runs.services import run_cancel
 from runs.streaming.contract import StreamEvent
 from tests.factories import ChatFactory, MessageFactory, RunFactory, UserFactory
 from tests.inference_workers.conftest import stream_of, text_after_last_reset, wait_for, wait_terminal
+from tests.monitoring.dashboard import dashboard_metric_names, exposed_sample_names
 from tests.processes import celery_worker_argv, child_env, free_port, wait_worker_heartbeat
 
 pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True)]
@@ -38,6 +40,8 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKER_NAME = "enginetest@h2"
 SLOTS = 8
 METRICS_PORT = free_port()
+METRICS_PUBLISH_S = 0.5
+"""The worker copies its vLLM metrics to Redis on every heartbeat (each second) instead of every 5 s."""
 
 
 def _stop(proc: subprocess.Popen[bytes], *, grace_s: float = 30) -> None:
@@ -70,6 +74,7 @@ def engine_worker(django_db_setup: None, django_db_blocker: Any) -> Iterator[str
         ENGINE_ENFORCE_EAGER="true",
         CHAT_AFFINITY="false",
         WORKER_METRICS_PORT=str(METRICS_PORT),
+        WORKER_METRICS_PUBLISH_S=str(METRICS_PUBLISH_S),
     )
     cmd = celery_worker_argv(name=WORKER_NAME, concurrency=SLOTS, events=True)
     with log_path.open("wb") as log:
@@ -141,6 +146,65 @@ def test_prompt_ends_done_with_the_streamed_text_and_redelivery_adds_nothing(eng
         timeout=10,
         what="the prefix-cache counters in the heartbeat",
     )
+
+
+def _web_metrics() -> str:
+    """The web tier's ``/metrics``, read through Django as any web replica serves it."""
+    resp = Client().get("/metrics")
+    assert resp.status_code == 200, resp.content
+    return resp.content.decode()
+
+
+def _generated_in_web_metrics(text: str, worker: str) -> float | None:
+    samples = [
+        s
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "vllm:generation_tokens_total" and s.labels.get("worker") == worker
+    ]
+    return sum(s.value for s in samples) if samples else None
+
+
+def test_the_engines_vllm_metrics_are_merged_into_the_webs_metrics(engine_worker: str) -> None:
+    """One scrape target: the worker's ``vllm:*`` families come out of the web's ``/metrics`` with the labels
+    ``worker`` and ``deployment``, and follow the engine within the publish interval plus one heartbeat."""
+    bound_s = METRICS_PUBLISH_S + settings.WORKERS.heartbeat_interval_s + 2  # + Redis, the scrape, a busy CPU
+    wait_for(
+        lambda: _generated_in_web_metrics(_web_metrics(), engine_worker) is not None,
+        timeout=bound_s,
+        interval=0.2,
+        what="the worker's vLLM metrics in the web's /metrics",
+    )
+    before = _generated_in_web_metrics(_web_metrics(), engine_worker)
+    assert before is not None
+    run = _queued_run(content="Say hello.", max_tokens=8)
+    _send(run)
+    run = wait_terminal(run, timeout=120)
+    assert run.status == RunStatus.DONE and run.output_tokens > 0
+    wait_for(
+        lambda: (_generated_in_web_metrics(_web_metrics(), engine_worker) or 0) >= before + run.output_tokens,
+        timeout=bound_s,
+        interval=0.2,
+        what="the run's tokens in the web's vllm:generation_tokens_total",
+    )
+
+    text = _web_metrics()
+    lines = [line for line in text.splitlines() if line.startswith("vllm:generation_tokens_total")]
+    print("\n" + "\n".join(lines) + f"\n({len(text)} characters of /metrics)")
+    assert text.count("# TYPE vllm:generation_tokens_total counter") == 1
+    [sample] = [
+        s
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "vllm:generation_tokens_total" and s.labels.get("worker") == engine_worker
+    ]
+    assert sample.labels["deployment"] == settings.ENGINE.served_model_name
+    assert sample.value >= before + run.output_tokens
+
+    # Every vLLM metric the Grafana dashboard queries is there (the chat_* ones: tests/monitoring/test_dashboard.py).
+    wanted = {name for name in dashboard_metric_names() if name.startswith("vllm:")}
+    missing = sorted(wanted - exposed_sample_names(text))
+    assert not missing, f"the dashboard queries vLLM metrics the web's /metrics does not expose: {missing}"
 
 
 PROMPTS = [

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import json
 import re
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import yaml
 
@@ -50,8 +52,8 @@ def test_compose_runs_every_process_with_known_variables() -> None:
     assert {"postgres", "redis", "web", "dispatcher", "worker", "flower"} <= set(services)
     known = {v.name for v in _config_table().all_variables()} | {"DJANGO_SETTINGS_MODULE"}
     for name, service in services.items():
-        if name in ("postgres", "redis"):
-            continue
+        if "build" not in service:
+            continue  # not our image (postgres, redis, prometheus, grafana): its variables are its own
         unknown = set(service.get("environment", {})) - known
         assert not unknown, f"{name} sets variables nothing reads: {unknown}"
     assert "uvicorn chatproject.asgi:application" in " ".join(services["web"]["command"])
@@ -61,12 +63,49 @@ def test_compose_runs_every_process_with_known_variables() -> None:
         assert part in worker
 
 
-def test_compose_prometheus_scrapes_the_web_and_the_workers_metrics_ports() -> None:
+def test_compose_prometheus_scrapes_one_target_the_web() -> None:
+    """The web's /metrics carries the workers' vLLM families too (merged from Redis): no per-worker job."""
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     services = compose["services"]
     mounted = " ".join(services["prometheus"]["volumes"])
     assert "./deploy/prometheus.yml:" in mounted
     scrape = yaml.safe_load((ROOT / "deploy" / "prometheus.yml").read_text())["scrape_configs"]
     targets = {job["job_name"]: job["static_configs"][0]["targets"] for job in scrape}
-    assert targets["chat"] == ["web:8000"]
-    assert targets["vllm"] == [f"worker:{services['worker']['environment']['WORKER_METRICS_PORT']}"]
+    assert targets == {"chat": ["web:8000"]}
+    assert "WORKER_METRICS_PUBLISH_S" in services["worker"]["environment"]
+
+
+def _mounts(service: dict[str, Any]) -> dict[str, str]:
+    """Host path -> container path of a service's bind mounts."""
+    pairs = (volume.split(":") for volume in service["volumes"])
+    return {parts[0]: parts[1] for parts in pairs if parts[0].startswith("./")}
+
+
+def test_compose_grafana_is_provisioned_with_the_prometheus_datasource_and_the_dashboard() -> None:
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    grafana = services["grafana"]
+    image, _, tag = grafana["image"].partition(":")
+    assert image == "grafana/grafana" and re.fullmatch(r"\d+\.\d+\.\d+", tag), "pin Grafana's version"
+    assert "prometheus" in grafana["depends_on"]
+    env = grafana["environment"]
+    assert env["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Viewer" and "GF_SECURITY_ADMIN_PASSWORD" in env
+    mounts = _mounts(grafana)
+    assert mounts["./deploy/grafana/provisioning"] == "/etc/grafana/provisioning"
+
+    provisioning = ROOT / "deploy" / "grafana" / "provisioning"
+    [datasource] = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())["datasources"]
+    port = services["prometheus"]["ports"][0].split(":")[-1]
+    assert datasource["type"] == "prometheus" and datasource["url"] == f"http://prometheus:{port}"
+    [provider] = yaml.safe_load((provisioning / "dashboards" / "chat-serving.yml").read_text())["providers"]
+    assert mounts["./deploy/grafana/dashboards"] == provider["options"]["path"]
+    home = env["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    dashboards = sorted((ROOT / "deploy" / "grafana" / "dashboards").glob("*.json"))
+    assert f"{provider['options']['path']}/chat-serving.json" == home and dashboards
+
+    for path in dashboards:
+        dashboard = json.loads(path.read_text())
+        panels = [p for p in dashboard["panels"] if p["type"] != "row"]
+        assert panels, path
+        for panel in panels:
+            assert panel["datasource"]["uid"] == datasource["uid"], panel["title"]
+            assert panel["targets"] and all(t["expr"].strip() for t in panel["targets"]), panel["title"]
