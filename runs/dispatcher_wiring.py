@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 
 from django.conf import settings
-from scheduling.redis_store import RedisQueueStore
 
 from accounts.models import Tier
 from core.redis_client import get_redis
@@ -19,6 +18,7 @@ from runs.streaming.contract import RunStreamWriter, StreamEvent
 from scheduling.dispatcher import Dispatcher, DispatcherSettings
 from scheduling.gate import EngineSample, GatePolicy, TierGate, parse_gates
 from scheduling.policy import FairPolicy, QueuedRun, TierSpec
+from scheduling.redis_store import RedisQueueStore
 from scheduling.store import Position
 
 logger = logging.getLogger(__name__)
