@@ -13,12 +13,14 @@ import time
 from collections.abc import Callable
 
 from django.conf import settings
+from django.utils import timezone
 
 from core.generation import EngineFinishReason, GenerationResult
 from inference_workers.engine.base import GenerationRequest
 from inference_workers.engine.host import EngineError
 from inference_workers.prompting import build_run_prompt
 from inference_workers.runtime import WorkerRuntime
+from runs.events import RunEvent, log_run_event, seconds_between
 from runs.models import RunStatus
 from runs.services import run_fail, run_finish, run_mark_first_token, run_mark_streaming
 from runs.streaming.contract import RunStreamWriter, StreamEvent
@@ -139,6 +141,13 @@ def _generate_claimed(*, run_id: int, runtime: WorkerRuntime) -> RunStatus | Non
                 coalescer.add(delta.text, delta.new_tokens)  # the first text goes out before any bookkeeping
                 if first_token:
                     run_mark_first_token(run_id=run_id, attempt=attempt)
+                    log_run_event(
+                        RunEvent.FIRST_TOKEN,
+                        run,
+                        f"run {run_id}: first token (attempt {attempt})",
+                        attempt=attempt,
+                        ttft_s=seconds_between(run.created_at, timezone.now()),
+                    )
                 if delta.finish_reason is not None:
                     finish_reason = EngineFinishReason(delta.finish_reason)
         except EngineError as exc:

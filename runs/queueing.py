@@ -14,6 +14,7 @@ from accounts.limits import user_limits
 from accounts.models import Tier
 from core.redis_client import get_redis
 from deployments.tokenizer import count_tokens
+from runs.events import RunEvent, log_run_event
 from runs.models import Run
 from scheduling.policy import QueuedRun
 from scheduling.redis_store import RedisQueueStore
@@ -54,3 +55,4 @@ def run_enqueue(*, run: Run) -> None:
             enqueued_at=run.created_at.timestamp(),
         )
     )
+    log_run_event(RunEvent.QUEUED, run, f"run {run.pk} queued for the {run.tier.name} tier", cost=cost)

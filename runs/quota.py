@@ -29,6 +29,7 @@ from accounts.models import User
 from core.errors import DomainError, TooManyRequestsError
 from core.redis_client import get_redis
 from runs.counters import record_admitted, record_refused, record_run_end
+from runs.events import RunEvent, log_event, log_run_event
 from runs.models import Run, RunStatus
 from runs.queueing import get_scheduler_store
 from scheduling.token_bucket import Admission, AdmissionTimeouts, Limits, RefusalReason, retry_after_header, run_member
@@ -86,6 +87,14 @@ class AdmissionTicket:
                 user_id=self.user_id, tier=self.tier, reservation_id=self.reservation_id, run_id=run.pk
             )
             record_admitted(tier=self.tier)
+            log_run_event(
+                RunEvent.ADMITTED,
+                run,
+                f"run {run.pk} admitted: {self.cost} tokens reserved ({self.input_tokens} input)",
+                reserved_tokens=self.cost,
+                input_tokens=self.input_tokens,
+                max_tokens=run.max_tokens,
+            )
             then()
 
         transaction.on_commit(bind_and_hand_on)
@@ -131,6 +140,15 @@ def admission_reserve(*, user: User, limits: EffectiveLimits, input_tokens: int,
         )
     reason = decision.reason
     record_refused(tier=limits.tier, reason=str(reason))
+    log_event(
+        RunEvent.REFUSED,
+        f"prompt of user {user.pk} refused ({reason}): it would reserve {cost} tokens",
+        run_id=None,
+        user_id=user.pk,
+        tier=limits.tier,
+        reason=str(reason),
+        reserved_tokens=cost,
+    )
     if reason == RefusalReason.TOO_LARGE:
         raise DomainError(
             f"This prompt would reserve {cost} tokens ({input_tokens} input + {max_tokens} max output), more than "

@@ -10,6 +10,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from core.worker_contract import run_lease_holder
+from runs.events import RunEvent, log_run_event
 from runs.models import Run, RunStatus
 from runs.queueing import get_scheduler_store, run_enqueue
 from runs.services import run_fail, run_requeue_orphan
@@ -39,9 +40,10 @@ def reap_orphaned_runs() -> list[int]:
             if failed is not None:
                 handled.append(run_id)
             continue
-        requeued = run_requeue_orphan(run_id=run_id, worker=worker)
+        requeued = run_requeue_orphan(run_id=run_id, worker=worker)  # logs ``requeued`` (or its end)
         if requeued is not None:
-            logger.warning("run %s: worker %s vanished; %s", run_id, worker, requeued.status)
+            if requeued.status != RunStatus.QUEUED:
+                logger.warning("run %s: worker %s vanished while it was being cancelled", run_id, worker)
             handled.append(run_id)
     return handled
 
@@ -60,7 +62,13 @@ def requeue_lost_runs(*, older_than_s: float = 30.0, limit: int = 500) -> list[i
     )
     for run in runs.order_by("created_at")[:limit]:
         if not store.is_queued_or_in_flight(run.pk, run.tier.name):
-            logger.warning("run %s was queued in Postgres but not in the scheduler: queueing it again", run.pk)
+            log_run_event(
+                RunEvent.REQUEUED,
+                run,
+                f"run {run.pk} was queued in Postgres but not in the scheduler: queueing it again",
+                level=logging.WARNING,
+                reason="lost_from_queue",
+            )
             run_enqueue(run=run)
             lost.append(run.pk)
     return lost

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from django.conf import settings
 
 from core.worker_contract import send_generate, worker_heartbeat
+from runs.events import RunEvent, log_event, log_run_event
 from runs.models import Run
 from scheduling.affinity import Route, WorkerLoad, choose_route
 
@@ -35,11 +37,22 @@ def previous_worker_load(worker: str) -> list[WorkerLoad]:
     ]
 
 
-def route_run(*, run_id: int, tier_queue: str) -> Route:
-    """Where ``generate(run_id)`` goes: the chat's previous worker's own queue, or the tier queue."""
+def _run_for_dispatch(run_id: int) -> Run | None:
+    """What routing and the ``dispatched`` line need of the run: its ids, tier, model and chat's last worker
+    (one query). None if the run is gone."""
+    return (
+        Run.objects.select_related("tier", "chat")
+        .only("id", "user", "model", "worker", "tier__name", "chat__last_worker")
+        .filter(pk=run_id)
+        .first()
+    )
+
+
+def route_run(*, run: Run | None, tier_queue: str) -> Route:
+    """Where ``generate(run)`` goes: the chat's previous worker's own queue, or the tier queue."""
     if not settings.CONTEXT.chat_affinity:
         return Route(queue=tier_queue, worker=None, reason="disabled")
-    previous = Run.objects.filter(pk=run_id).values_list("chat__last_worker", flat=True).first() or ""
+    previous = run.chat.last_worker if run is not None else ""
     return choose_route(
         previous_worker=previous,
         tier_queue=tier_queue,
@@ -49,14 +62,16 @@ def route_run(*, run_id: int, tier_queue: str) -> Route:
     )
 
 
-def route_run_or_tier_queue(*, run_id: int, tier_queue: str) -> tuple[str, str]:
-    """``(queue, reason)`` of :func:`route_run`; the tier queue if the lookup fails (routing never blocks a run)."""
+def route_run_or_tier_queue(*, run_id: int, tier_queue: str) -> tuple[Route, Run | None]:
+    """The :func:`route_run` of the run (and the run); the tier queue if a lookup fails (routing never blocks
+    a run)."""
+    run = None
     try:
-        route = route_run(run_id=run_id, tier_queue=tier_queue)
+        run = _run_for_dispatch(run_id)
+        return route_run(run=run, tier_queue=tier_queue), run
     except Exception:  # a Redis or database hiccup: any worker will do
         logger.exception("run %s: chat affinity lookup failed; using the tier queue", run_id)
-        return tier_queue, "affinity_lookup_failed"
-    return route.queue, route.reason
+        return Route(queue=tier_queue, worker=None, reason="affinity_lookup_failed"), run
 
 
 def send_to_worker(*, run_id: int, queue: str) -> None:
@@ -64,6 +79,11 @@ def send_to_worker(*, run_id: int, queue: str) -> None:
     affinity applies, else on the tier queue (the workers drain the tier queues in order)."""
     if queue not in settings.CELERY_TASK_QUEUES_ORDER:
         raise ValueError(f"unknown worker queue {queue!r}")
-    target, reason = route_run_or_tier_queue(run_id=run_id, tier_queue=queue)
-    send_generate(run_id=run_id, queue=target)
-    logger.info("run %s sent to queue %s (%s)", run_id, target, reason)
+    route, run = route_run_or_tier_queue(run_id=run_id, tier_queue=queue)
+    send_generate(run_id=run_id, queue=route.queue)
+    message = f"run {run_id} sent to queue {route.queue} ({route.reason})"
+    fields: dict[str, Any] = {"queue": route.queue, "route": route.reason}
+    if run is None:  # gone, or its lookup failed: the line still says where it went
+        log_event(RunEvent.DISPATCHED, message, run_id=run_id, user_id=None, tier=queue, **fields)
+    else:
+        log_run_event(RunEvent.DISPATCHED, run, message, worker=route.worker or "", **fields)

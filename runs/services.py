@@ -24,6 +24,7 @@ from chats.summary_schedule import chat_summary_schedule_after_turn
 from core.errors import ConflictError, DomainError
 from core.generation import EngineFinishReason, GenerationResult
 from core.worker_contract import cancel_key, signal_cancel
+from runs.events import RunEvent, log_run_end, log_run_event, seconds_between
 from runs.models import ACTIVE_STATUSES, FinishReason, Run, RunStatus
 from runs.queueing import run_enqueue
 from runs.quota import admission_reserve, run_account_end
@@ -196,6 +197,7 @@ def _end_run(
     run.save(update_fields=fields)
     run_account_end(run=run)
     transaction.on_commit(lambda: _announce_end(run))
+    transaction.on_commit(lambda: log_run_end(run), robust=True)
     return run
 
 
@@ -238,6 +240,16 @@ def run_mark_streaming(*, run_id: int, worker: str) -> tuple[Run, bool]:
         run.started_at = timezone.now()
         run.first_token_at = None
         run.save(update_fields=["status", "attempts", "worker", "started_at", "first_token_at"])
+        transaction.on_commit(
+            lambda: log_run_event(
+                RunEvent.STARTED,
+                run,
+                f"run {run.pk} started on {worker} (attempt {run.attempts})",
+                attempt=run.attempts,
+                queue_wait_s=seconds_between(run.created_at, run.started_at),
+            ),
+            robust=True,
+        )
         return run, True
 
 
@@ -300,5 +312,17 @@ def run_requeue_orphan(*, run_id: int, worker: str) -> Run | None:
         run.status = RunStatus.QUEUED
         run.worker = ""
         run.save(update_fields=["status", "worker"])
+        transaction.on_commit(
+            lambda: log_run_event(
+                RunEvent.REQUEUED,
+                run,
+                f"run {run.pk}: worker {worker} vanished; queued again",
+                worker=worker,
+                level=logging.WARNING,
+                reason="worker_lost",
+                attempt=run.attempts,
+            ),
+            robust=True,
+        )
         transaction.on_commit(lambda: run_enqueue(run=run))
         return run

@@ -32,6 +32,10 @@ SETTINGS_HELP = {
     "REDIS_URL": "Redis for streams, buckets, scheduler queues, heartbeats and cancel signals.",
     "CELERY_BROKER_URL": "Celery's broker (a Redis URL).",
     "LOG_LEVEL": "Root log level.",
+    "LOG_FORMAT": (
+        "`plain` (readable lines, run fields appended as `key=value`) or `json` (one JSON object per line: "
+        '`ts`, `level`, `logger`, `message`, the run\'s fields, `request_id`). See "Logs".'
+    ),
     "METRICS_TOKEN": "When set, `GET /metrics` needs `Authorization: Bearer <token>`; empty: open (keep it internal).",
     "CELERY_VISIBILITY_TIMEOUT_S": "Seconds before an unacknowledged task is redelivered: longer than the longest run.",
     "CELERY_BROKER_KEY_PREFIX": (

@@ -14,6 +14,7 @@ from core.config import (
     stream_config_from_env,
     worker_config_from_env,
 )
+from core.logs import logging_config
 from scheduling.gate import parse_gates
 
 django_stubs_ext.monkeypatch()
@@ -45,6 +46,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "core.request_id.RequestIdMiddleware",  # first: every later step's log lines carry the request's id
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -120,13 +122,9 @@ SCHEDULER = scheduler_config_from_env()
 parse_gates(SCHEDULER.gates_spec)  # a malformed SCHED_GATES fails at start, not when the dispatcher builds
 CONTEXT = context_config_from_env()
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
-}
+# One stderr handler for every process (web, dispatcher, workers: see chatproject/celery.py); README "Logs".
+LOG_FORMAT = env.str("LOG_FORMAT", default="plain")
+LOGGING = logging_config(log_format=LOG_FORMAT, level=env.str("LOG_LEVEL", default="INFO"))
 
 # Celery: one queue per tier, consumed in strict order by workers (see inference_workers).
 CELERY_TASK_QUEUES_ORDER = ["pro", "plus", "free", "batch"]

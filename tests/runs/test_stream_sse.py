@@ -116,6 +116,7 @@ def read_events(
         if resp.status_code != 200:
             return resp.status_code, events
         assert resp.headers["content-type"].startswith("text/event-stream")
+        assert resp.headers["x-request-id"]  # the stream route goes through the request-id middleware too
         fields: dict[str, str] = {}
         for line in resp.iter_lines():
             if time.monotonic() > deadline:
