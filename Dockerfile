@@ -4,7 +4,7 @@ FROM python:3.11-slim-bookworm
 
 ARG ENGINE=cpu
 # ENGINE=cpu needs torch==2.13.0+cpu, which the package index does not carry: pass PyTorch's CPU wheel index here
-# (it is added to pip's indexes for the install only).
+# (bootstrap adds it to pip's indexes for that one package; everything else comes hash-checked from the lock).
 ARG TORCH_INDEX_URL=""
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -17,11 +17,11 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /app
-# Dependencies first so code edits do not reinstall them.
+# Dependencies first so code edits do not reinstall them: exactly the versions of requirements/lock/ (bootstrap
+# installs the engine's lock with pip --require-hashes --no-deps).
 COPY requirements/ requirements/
 COPY scripts/bootstrap.sh scripts/bootstrap.sh
-RUN if [ -n "$TORCH_INDEX_URL" ]; then export PIP_EXTRA_INDEX_URL="$TORCH_INDEX_URL"; fi \
-    && ENGINE=$ENGINE bash scripts/bootstrap.sh
+RUN ENGINE=$ENGINE TORCH_INDEX_URL="$TORCH_INDEX_URL" bash scripts/bootstrap.sh
 
 COPY . .
 RUN python manage.py collectstatic --noinput -v0

@@ -6,10 +6,14 @@ export DJANGO_SETTINGS_MODULE ?= chatproject.settings.base
 export DATABASE_URL ?= postgres://chat:chat@127.0.0.1:5432/chat
 PORT ?= 8000
 
-.PHONY: bootstrap services migrate run test test-fast lint typecheck prepare-model bench
+.PHONY: bootstrap lock services migrate run test test-fast lint typecheck prepare-model bench
 
 bootstrap:
 	bash scripts/bootstrap.sh
+
+# Rewrites requirements/lock/ from requirements/*.txt (needs PyPI); UPGRADE=1 or UPGRADE_PACKAGE="a b" to move pins.
+lock:
+	bash scripts/lock.sh
 
 services:
 	bash scripts/services.sh
