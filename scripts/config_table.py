@@ -44,6 +44,22 @@ SETTINGS_HELP = {
 }
 
 
+# Variables the shell scripts read (they never reach Django's settings): name, default, description.
+SCRIPT_VARIABLES = [
+    ("PORT", "8000", "`make run`: the web port (127.0.0.1)."),
+    (
+        "FLOWER_BASIC_AUTH",
+        "",
+        "Flower's `user:password`; required (`scripts/flower.sh` refuses to start without it). `make run` "
+        "generates one into `var/flower-password`; compose reads it from `.env`.",
+    ),
+    ("FLOWER_ADDRESS", "127.0.0.1", "Where Flower listens (`0.0.0.0` in compose, published on 127.0.0.1)."),
+    ("FLOWER_PORT", "5555", "Flower's port."),
+    ("FLOWER_URL_PREFIX", "", "Flower behind a reverse proxy under a path prefix."),
+    ("CELERY_BIN", ".venv/bin/celery", "The `celery` command `scripts/flower.sh` runs (`celery` in the image)."),
+]
+
+
 @dataclass(frozen=True)
 class Variable:
     name: str
@@ -161,8 +177,12 @@ def settings_variables() -> list[Variable]:
     return found
 
 
+def script_variables() -> list[Variable]:
+    return [Variable(name, "str", f"`{d}`" if d else "(empty)", text, "scripts") for name, d, text in SCRIPT_VARIABLES]
+
+
 def all_variables() -> list[Variable]:
-    return settings_variables() + config_variables()
+    return settings_variables() + config_variables() + script_variables()
 
 
 def markdown_table() -> str:

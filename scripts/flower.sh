@@ -8,7 +8,7 @@ if [[ "${FLOWER_BASIC_AUTH:-}" != ?*:?* ]]; then
   echo "flower: set FLOWER_BASIC_AUTH=user:password (Flower is never started without authentication)" >&2
   exit 2
 fi
-CELERY="${CELERY:-.venv/bin/celery}"
+CELERY="${CELERY_BIN:-.venv/bin/celery}"
 export FLOWER_BASIC_AUTH
 exec "$CELERY" -A chatproject flower --address="${FLOWER_ADDRESS:-127.0.0.1}" --port="${FLOWER_PORT:-5555}" \
   --url_prefix="${FLOWER_URL_PREFIX:-}"
