@@ -8,7 +8,7 @@ there (loading a tokenizer) is finished before the first request. A startup that
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -19,8 +19,8 @@ Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
-def with_lifespan(app: ASGIApp, *, startup: Callable[[], Awaitable[None]]) -> ASGIApp:
-    """``app`` for HTTP, with ``startup`` awaited on ``lifespan.startup``."""
+def with_lifespan(app: ASGIApp, *, startup: Sequence[Callable[[], Awaitable[None]]]) -> ASGIApp:
+    """``app`` for HTTP, with each ``startup`` step awaited in order on ``lifespan.startup``."""
 
     async def application(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "lifespan":
@@ -30,7 +30,8 @@ def with_lifespan(app: ASGIApp, *, startup: Callable[[], Awaitable[None]]) -> AS
             message = await receive()
             if message["type"] == "lifespan.startup":
                 try:
-                    await startup()
+                    for step in startup:
+                        await step()
                 except Exception as exc:
                     logger.exception("startup failed")
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})

@@ -87,7 +87,8 @@ async def follow_run(run: Run, completion: Completion) -> AsyncIterator[str | No
     """Yields each piece of new text, and None for a silence (keep-alive); fills ``completion`` at the end."""
     opened = await open_run_stream(run=run, after_seq=0)
     follower = _Follower()
-    async for item in iter_run_items(run_id=run.pk, after_seq=0, opened=opened):
+    # An OpenAI stream cannot be resumed elsewhere: it keeps going while this process shuts down.
+    async for item in iter_run_items(run_id=run.pk, after_seq=0, opened=opened, end_on_drain=False):
         if item.keepalive:
             yield None
         if item.gone:

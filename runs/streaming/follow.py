@@ -20,6 +20,7 @@ from django.conf import settings
 from core.db_executor import db_call
 from runs.models import Run, RunStatus
 from runs.streaming.contract import StreamEntry, StreamEvent, run_terminal_event
+from runs.streaming.drain import draining
 from runs.streaming.relay import Entry, StreamRelay, get_relay, is_terminal
 from runs.streaming.status_reads import get_status_reader
 
@@ -106,15 +107,23 @@ class StreamItem:
     keepalive: bool = False
     gone: bool = False
     """The run was deleted while followed: the stream ends here."""
+    reconnect: bool = False
+    """This process is shutting down: the stream ends here, and the client resumes from its last id."""
 
 
 KEEPALIVE_ITEM = StreamItem(keepalive=True)
 GONE_ITEM = StreamItem(gone=True)
+RECONNECT_ITEM = StreamItem(reconnect=True)
 GONE_ERROR = {"code": "not_found", "message": "This run no longer exists."}
 
 
 async def iter_run_items(
-    *, run_id: int, after_seq: int, opened: OpenedStream, relay: StreamRelay | None = None
+    *,
+    run_id: int,
+    after_seq: int,
+    opened: OpenedStream,
+    relay: StreamRelay | None = None,
+    end_on_drain: bool = True,
 ) -> AsyncIterator[StreamItem]:
     """A run's stream as :class:`StreamItem` steps: the opening entries, then live ones until the terminal event.
 
@@ -122,6 +131,8 @@ async def iter_run_items(
     change is a ``status`` item, and a run that Postgres says is finished but whose terminal event never
     reaches the stream (cancelled while queued, its stream expired) ends with its final state. A silence of
     ``keepalive_s`` gives a keep-alive item. Leaving (the consumer stops) only drops the subscription.
+    When the process is shutting down (``runs.streaming.drain``) and ``end_on_drain``, what has arrived is
+    delivered, then a ``reconnect`` item ends the stream (within one wait, at most ``status_poll_s``).
     """
     relay = relay or get_relay()
     cfg = settings.STREAMS
@@ -140,6 +151,9 @@ async def iter_run_items(
         last_write = last_entry_at = time.monotonic()
         finished_in_db_at: float | None = None
         while True:
+            if end_on_drain and not pending and draining():
+                yield RECONNECT_ITEM
+                return
             if not pending:
                 pending = await sub.next_batch(min(cfg.status_poll_s, cfg.keepalive_s))
             now = time.monotonic()

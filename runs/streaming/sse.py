@@ -18,6 +18,15 @@ from runs.streaming.follow import GONE_ERROR, OpenedStream, iter_run_items
 from runs.streaming.relay import Entry, RawEntry, StreamRelay
 
 KEEPALIVE = b": keep-alive\n\n"
+RECONNECT = "reconnect"
+"""The last event of a stream cut short by a web process shutting down (not a run event: it is never stored)."""
+RECONNECT_RETRY_MS = 1000
+
+
+def reconnect_event(*, last_event_id: int) -> bytes:
+    """``reconnect`` with the client's resume point, and ``retry:`` so EventSource comes back within a second."""
+    body = json.dumps({"last_event_id": last_event_id}, separators=(",", ":")).encode()
+    return b"retry: %d\nevent: %s\ndata: %s\n\n" % (RECONNECT_RETRY_MS, RECONNECT.encode(), body)
 
 
 def encode(event: StreamEvent, data: dict[str, Any], seq: int | None) -> bytes:
@@ -44,12 +53,16 @@ async def iter_run_events(
     *, run_id: int, after_seq: int, opened: OpenedStream, relay: StreamRelay | None = None
 ) -> AsyncIterator[bytes]:
     """The SSE body of ``GET /api/runs/{id}/stream``: :func:`iter_run_items` in this module's wire protocol."""
+    cursor = after_seq
     async for item in iter_run_items(run_id=run_id, after_seq=after_seq, opened=opened, relay=relay):
         if item.entries:
+            cursor = item.entries[-1].seq
             yield encode_all(item.entries)
         elif item.status is not None:
             yield encode(StreamEvent.STATUS, {"status": item.status}, None)
         elif item.gone:
             yield encode(StreamEvent.ERROR, GONE_ERROR, None)
+        elif item.reconnect:
+            yield reconnect_event(last_event_id=cursor)
         else:
             yield KEEPALIVE
