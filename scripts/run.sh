@@ -9,6 +9,7 @@ export PORT="${PORT:-8000}"
 # vLLM's own Prometheus metrics (vllm:*) of the worker's engine (0 turns them off).
 export WORKER_METRICS_PORT="${WORKER_METRICS_PORT:-9101}"
 export FLOWER_PORT="${FLOWER_PORT:-5555}"
+export SUPERVISOR_RUN_DIR="${SUPERVISOR_RUN_DIR:-$PWD/var}"
 PY=.venv/bin/python
 
 $PY manage.py create_demo_users
@@ -48,6 +49,6 @@ PYEOF
   echo "ready: http://127.0.0.1:$PORT  (API docs: http://127.0.0.1:$PORT/api/docs/)"
   echo "Prometheus: http://127.0.0.1:$PORT/metrics (system)  http://127.0.0.1:$WORKER_METRICS_PORT/metrics (vLLM)"
   echo "Flower: http://127.0.0.1:$FLOWER_PORT  (user ${FLOWER_BASIC_AUTH%%:*}, password ${FLOWER_BASIC_AUTH#*:})"
-  echo "status: .venv/bin/supervisorctl -c deploy/supervisord.conf status"
+  echo "processes: SUPERVISOR_RUN_DIR=$SUPERVISOR_RUN_DIR .venv/bin/supervisorctl -c deploy/supervisord.conf status"
 ) &
 wait "$supervisor"
