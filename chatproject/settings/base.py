@@ -43,6 +43,7 @@ INSTALLED_APPS = [
     "inference_workers",
     "web",
     "openai_api",
+    "monitoring",
 ]
 
 MIDDLEWARE = [
