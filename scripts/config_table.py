@@ -57,6 +57,8 @@ SCRIPT_VARIABLES = [
     ("FLOWER_PORT", "5555", "Flower's port."),
     ("FLOWER_URL_PREFIX", "", "Flower behind a reverse proxy under a path prefix."),
     ("CELERY_BIN", ".venv/bin/celery", "The `celery` command `scripts/flower.sh` runs (`celery` in the image)."),
+    ("SUPERVISOR_RUN_DIR", "var", "`make run`: where supervisord keeps its socket and pid file."),
+    ("WORKER_NAME", "worker@%h", "`scripts/worker.sh`: the Celery worker's name (`%h`: the host name)."),
 ]
 
 
