@@ -101,6 +101,9 @@ class WorkerConfig:
     """The reaper requeues orphaned runs (True) or fails them at once (False)."""
     metrics_port: int
     """Port on which each worker process serves vLLM's own Prometheus metrics (0: off). One port per process."""
+    metrics_addr: str
+    """Address the worker metrics port binds to: loopback by default; ``0.0.0.0`` only where a scraper on another
+    host (or container) must reach it and the network is trusted (the metrics have no authentication)."""
 
 
 @dataclass(frozen=True)
@@ -197,6 +200,7 @@ def worker_config_from_env() -> WorkerConfig:
         orphan_grace_s=env.float("WORKER_ORPHAN_GRACE_S", default=15.0),
         requeue_orphans=env.bool("WORKER_REQUEUE_ORPHANS", default=True),
         metrics_port=env.int("WORKER_METRICS_PORT", default=0),
+        metrics_addr=env.str("WORKER_METRICS_ADDR", default="127.0.0.1"),
     )
 
 
