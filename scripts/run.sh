@@ -6,6 +6,11 @@ cd "$(dirname "$0")/.."
 export DJANGO_SETTINGS_MODULE="${DJANGO_SETTINGS_MODULE:-chatproject.settings.base}"
 PORT="${PORT:-8000}"
 PY=.venv/bin/python
+# The local Redis wants the checkout's password (scripts/services.sh): every process gets it in its URL.
+# shellcheck source=scripts/redis-env.sh
+source scripts/redis-env.sh
+export REDIS_URL="${REDIS_URL:-$(redis_url 0)}"
+export CELERY_BROKER_URL="${CELERY_BROKER_URL:-$REDIS_URL}"
 
 $PY manage.py create_demo_users
 
