@@ -105,6 +105,9 @@ class WorkerConfig:
     """Seconds between a worker's copies of its vLLM metrics (``vllm:*``) to Redis, merged into the web's
     ``/metrics`` (0: off). The heartbeat thread writes them, so a scrape reads figures at most this plus
     ``WORKER_HEARTBEAT_INTERVAL_S`` old."""
+    metrics_addr: str
+    """Address the worker metrics port binds to: loopback by default; ``0.0.0.0`` only where a scraper on another
+    host (or container) must reach it and the network is trusted (the metrics have no authentication)."""
 
 
 @dataclass(frozen=True)
@@ -202,6 +205,7 @@ def worker_config_from_env() -> WorkerConfig:
         requeue_orphans=env.bool("WORKER_REQUEUE_ORPHANS", default=True),
         metrics_port=env.int("WORKER_METRICS_PORT", default=0),
         metrics_publish_s=env.float("WORKER_METRICS_PUBLISH_S", default=5.0),
+        metrics_addr=env.str("WORKER_METRICS_ADDR", default="127.0.0.1"),
     )
 
 

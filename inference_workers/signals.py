@@ -27,30 +27,31 @@ def start_engine(sender: Any = None, **kwargs: Any) -> None:
     logger.info("worker %s: building the %s engine", sender.hostname, settings.ENGINE.backend)
     start_runtime(worker_name=sender.hostname)
     get_tokenizer()  # prompts are rendered with it: load it now, not in the first task (~10 s on a busy CPU)
-    serve_engine_metrics(settings.WORKERS.metrics_port)
+    serve_engine_metrics(settings.WORKERS.metrics_port, addr=settings.WORKERS.metrics_addr)
 
 
-def serve_engine_metrics(port: int) -> None:
-    """Serves this process's Prometheus registry (vLLM registers its engine metrics there) on ``port``.
+def serve_engine_metrics(port: int, *, addr: str = "127.0.0.1") -> None:
+    """Serves this process's Prometheus registry (vLLM registers its engine metrics there) on ``addr:port``.
 
     vLLM's ``PrometheusStatLogger`` always joins our own stat logger, so its ``vllm:*`` families (time to first
     token, prefix-cache hits, KV-cache usage, preemptions...) are there as in ``vllm serve``'s ``/metrics``.
     A port that is taken is logged, not fatal: the worker still serves runs. It is an option: the runtime's
     heartbeat also copies these families to Redis (``WORKER_METRICS_PUBLISH_S``) and the web's ``/metrics`` merges
-    them, so one scrape target covers every worker.
+    them, so one scrape target covers every worker. ``addr`` is loopback unless
+    ``WORKER_METRICS_ADDR`` says otherwise (``start_http_server`` alone would listen on every interface).
     """
     if port <= 0:
         return
     from prometheus_client import start_http_server
 
     try:
-        start_http_server(port)
+        start_http_server(port, addr=addr)
     except OSError as exc:
         logger.error(
-            "worker metrics: cannot listen on port %s (%s); WORKER_METRICS_PORT must differ per process", port, exc
+            "worker metrics: cannot listen on %s:%s (%s); WORKER_METRICS_PORT must differ per process", addr, port, exc
         )
         return
-    logger.info("worker metrics: vLLM's Prometheus metrics on :%s/metrics", port)
+    logger.info("worker metrics: vLLM's Prometheus metrics on %s:%s/metrics", addr, port)
 
 
 @worker_shutdown.connect(dispatch_uid="inference_workers.stop_engine")

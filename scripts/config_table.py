@@ -2,7 +2,8 @@
 """Prints the README's "Configuration" table: every environment variable the settings read, with its default.
 
 Reads ``core/config.py`` (typed dataclasses; each field's docstring is its description) and
-``chatproject/settings/base.py`` (the Django settings) with ``ast``, so nothing is imported and nothing drifts.
+``chatproject/settings/base.py`` and ``production.py`` (the Django settings) with ``ast``, so nothing is imported
+and nothing drifts.
 After adding a variable run ``python scripts/config_table.py --write``: it rewrites the table in README.md
 (without ``--write`` it prints the table). ``tests/project/test_project_files.py`` fails while a variable is
 missing from the README.
@@ -19,11 +20,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "core" / "config.py"
 SETTINGS = ROOT / "chatproject" / "settings" / "base.py"
+PRODUCTION_SETTINGS = ROOT / "chatproject" / "settings" / "production.py"
 
 # Django settings have no dataclass docstrings: their descriptions live here.
 SETTINGS_HELP = {
-    "DJANGO_SECRET_KEY": "Django's secret key. Set it in every deployment.",
-    "DJANGO_DEBUG": "Django debug mode (never in production).",
+    "DJANGO_SECRET_KEY": (
+        "Django's secret key. Set it in every deployment: the production settings refuse to load without one of at"
+        " least 50 random characters."
+    ),
+    "DJANGO_DEBUG": "Django debug mode (never in production: the production settings force it off).",
     "DJANGO_ALLOWED_HOSTS": "Comma-separated host names the web process answers.",
     "DJANGO_CSRF_TRUSTED_ORIGINS": "Comma-separated origins (scheme://host[:port]) trusted for CSRF behind a proxy.",
     "DEMO_PASSWORD": "Password of the demo users that `make run` creates (local use only).",
@@ -40,6 +45,27 @@ SETTINGS_HELP = {
     "CELERY_VISIBILITY_TIMEOUT_S": "Seconds before an unacknowledged task is redelivered: longer than the longest run.",
     "CELERY_BROKER_KEY_PREFIX": (
         "Prefix for every broker key, so independent stacks can share one Redis database (the browser tests use it)."
+    ),
+    "DJANGO_SECURE_PROXY_SSL_HEADER": (
+        "Production settings: trust `X-Forwarded-Proto: https` from the reverse proxy that ends TLS (it must"
+        " overwrite the client's header)."
+    ),
+    "DJANGO_SECURE_SSL_REDIRECT": (
+        "Production settings: redirect HTTP to HTTPS (except `/healthz`, `/readyz`, `/metrics`)."
+    ),
+    "DJANGO_SECURE_HSTS_SECONDS": "Production settings: `Strict-Transport-Security` max-age.",
+    "DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS": "Production settings: HSTS for every subdomain too.",
+    "DJANGO_SECURE_HSTS_PRELOAD": "Production settings: the HSTS `preload` directive (for browsers' preload lists).",
+    "AUTH_LOCKOUT_FAILURES": (
+        "Failed sign-ins (token API, `/login/`, `/admin/login/`) within the cool-off after which an account (from any"
+        " address) or a client address (on any account) is refused with 429 and `Retry-After`."
+    ),
+    "AUTH_LOCKOUT_COOLOFF_S": (
+        "Seconds a failure counts, and so how long a lockout lasts after the last failure that counted."
+    ),
+    "AUTH_PROXY_COUNT": (
+        "Reverse proxies in front of the web process that append to `X-Forwarded-For`: the login throttle takes the"
+        " client address from that header, this many entries from the right (0: `REMOTE_ADDR`)."
     ),
 }
 
@@ -156,7 +182,14 @@ def config_variables() -> list[Variable]:
 
 
 def settings_variables() -> list[Variable]:
-    tree = ast.parse(SETTINGS.read_text())
+    found: list[Variable] = []
+    for path in (SETTINGS, PRODUCTION_SETTINGS):  # production-only variables after base's
+        found.extend(_settings_file_variables(path, known={v.name for v in found}))
+    return found
+
+
+def _settings_file_variables(path: Path, known: set[str]) -> list[Variable]:
+    tree = ast.parse(path.read_text())
     found: list[Variable] = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Assign | ast.AnnAssign):
@@ -165,7 +198,7 @@ def settings_variables() -> list[Variable]:
             if not isinstance(call.func, ast.Attribute) or not isinstance(call.args[0], ast.Constant):
                 continue
             name = str(call.args[0].value)
-            if any(v.name == name for v in found):
+            if name in known or any(v.name == name for v in found):
                 continue
             found.append(
                 Variable(

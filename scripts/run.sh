@@ -11,6 +11,11 @@ export WORKER_METRICS_PORT="${WORKER_METRICS_PORT:-9101}"
 export FLOWER_PORT="${FLOWER_PORT:-5555}"
 export SUPERVISOR_RUN_DIR="${SUPERVISOR_RUN_DIR:-$PWD/var}"
 PY=.venv/bin/python
+# The local Redis wants the checkout's password (scripts/services.sh): every process gets it in its URL.
+# shellcheck source=scripts/redis-env.sh
+source scripts/redis-env.sh
+export REDIS_URL="${REDIS_URL:-$(redis_url 0)}"
+export CELERY_BROKER_URL="${CELERY_BROKER_URL:-$REDIS_URL}"
 
 $PY manage.py create_demo_users
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import django_stubs_ext
 
 from core.config import (
@@ -36,6 +38,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "drf_spectacular",
     "django_eventstream",
+    "axes",
     "accounts",
     "deployments",
     "chats",
@@ -55,6 +58,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last: turns a login that axes locked out into 429 + Retry-After (accounts/login_throttle.py).
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "chatproject.urls"
@@ -93,6 +98,20 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 LOGIN_URL = "/login/"
+
+# Login throttling (django-axes, accounts/login_throttle.py): every password check (the token API, /login/,
+# /admin/login/) goes through authenticate(request=...), which the axes backend guards first.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_HANDLER = "accounts.login_throttle.LoginAttemptHandler"  # failures in Postgres: shared by every replica
+AXES_FAILURE_LIMIT = env.int("AUTH_LOCKOUT_FAILURES", default=5)
+AXES_COOLOFF_TIME = timedelta(seconds=env.int("AUTH_LOCKOUT_COOLOFF_S", default=900))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # an account (any address) or an address (any account)
+AXES_RESET_ON_SUCCESS = True  # the account's own failures only (LoginAttemptHandler.reset_user_attempts)
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False  # a lockout ends when its Retry-After said
+AXES_LOCKOUT_CALLABLE = "accounts.login_throttle.lockout_response"
+AXES_CLIENT_IP_CALLABLE = "accounts.login_throttle.client_ip"
+AUTH_PROXY_COUNT = env.int("AUTH_PROXY_COUNT", default=0)
+AXES_DISABLE_ACCESS_LOG = True  # no row per successful login (the table would only grow)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

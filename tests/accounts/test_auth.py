@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.http import HttpRequest
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -84,7 +85,8 @@ def test_unknown_or_malformed_token_is_401() -> None:
 
 def test_session_auth_enforces_csrf_on_unsafe_methods(alice: User) -> None:
     client = APIClient(enforce_csrf_checks=True)
-    assert client.login(username="alice", password="s3cret-pass")
+    # The login throttle (django-axes) checks every authentication against its request.
+    assert client.login(request=HttpRequest(), username="alice", password="s3cret-pass")
 
     assert client.get("/api/chats").status_code == 200  # safe methods need no CSRF token
 
