@@ -112,6 +112,7 @@ AXES_LOCKOUT_CALLABLE = "accounts.login_throttle.lockout_response"
 AXES_CLIENT_IP_CALLABLE = "accounts.login_throttle.client_ip"
 AUTH_PROXY_COUNT = env.int("AUTH_PROXY_COUNT", default=0)
 AXES_DISABLE_ACCESS_LOG = True  # no row per successful login (the table would only grow)
+AXES_VERBOSE = False  # no start-up banner in every process's log; failures are still logged (with the lockout keys)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
