@@ -15,9 +15,10 @@ from rest_framework.views import APIView
 
 from core.errors import error_response
 from core.fields import StrictCharField
+from core.serializers import StrictSerializer
 
 
-class TokenInSerializer(serializers.Serializer[Any]):
+class TokenInSerializer(StrictSerializer):
     username = StrictCharField(max_length=150)
     password = StrictCharField(max_length=256, trim_whitespace=False)
 

@@ -29,5 +29,6 @@ urlpatterns = [
     path("", include("web.urls")),
 ]
 
+handler400 = "core.errors.bad_request"
 handler404 = "core.errors.page_not_found"
 handler500 = "core.errors.server_error"

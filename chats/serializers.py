@@ -9,6 +9,7 @@ from rest_framework import serializers
 
 from chats.models import Chat, Message
 from core.fields import StrictCharField, StrictFloatField, StrictIntegerField
+from core.serializers import StrictSerializer
 
 
 class ChatOutSerializer(serializers.ModelSerializer[Chat]):
@@ -17,12 +18,14 @@ class ChatOutSerializer(serializers.ModelSerializer[Chat]):
         fields = ["id", "title", "created_at", "updated_at"]
 
 
-class ChatInSerializer(serializers.Serializer[Any]):
+class ChatInSerializer(StrictSerializer):
     title = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
 
 
-class ChatUpdateSerializer(serializers.Serializer[Any]):
-    title = StrictCharField(max_length=200, allow_blank=True)
+class ChatUpdateSerializer(StrictSerializer):
+    """A partial update (PATCH): every field is optional, and a field left out keeps its value."""
+
+    title = StrictCharField(max_length=200, required=False, allow_blank=True, help_text="The new title.")
 
 
 class MessageOutSerializer(serializers.ModelSerializer[Message]):
@@ -31,8 +34,12 @@ class MessageOutSerializer(serializers.ModelSerializer[Message]):
         fields = ["id", "chat", "role", "content", "token_count", "created_at"]
 
 
-class MessageCreateSerializer(serializers.Serializer[Any]):
-    """A prompt. ``content`` is limited to ``CHAT_LIMITS.max_content_chars`` characters (read per request)."""
+class MessageCreateSerializer(StrictSerializer):
+    """A prompt. ``content`` is limited to ``CHAT_LIMITS.max_content_chars`` characters (read per request).
+
+    Sampling options this server does not implement (``stop``, ``ignore_eos``, ``response_format``...) are
+    unknown fields, so they are refused with a 400 instead of being dropped (``StrictSerializer``).
+    """
 
     content = StrictCharField(allow_blank=False, trim_whitespace=False)
     max_tokens = StrictIntegerField(required=False, min_value=1, help_text="Capped by the user's tier.")
@@ -41,13 +48,13 @@ class MessageCreateSerializer(serializers.Serializer[Any]):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        # Shown in the schema; the check itself is in validate_content so the message can say how long it was.
+        # Read per request (tests change it); StrictCharField checks it and the schema shows it.
         cast(serializers.CharField, self.fields["content"]).max_length = settings.CHAT_LIMITS.max_content_chars
+        # For the schema only: no tier gets more output than the model's window. run_create refuses more (the
+        # tier's cap, or a prompt budget below zero) with a message that names the cap.
+        cast(serializers.IntegerField, self.fields["max_tokens"]).max_value = settings.ENGINE.max_model_len
 
     def validate_content(self, value: str) -> str:
         if not value.strip():
             raise serializers.ValidationError("must not be empty or only whitespace.")
-        limit = settings.CHAT_LIMITS.max_content_chars
-        if len(value) > limit:
-            raise serializers.ValidationError(f"is {len(value)} characters long; the limit is {limit}.")
         return value

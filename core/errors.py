@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
@@ -15,6 +14,8 @@ from drf_spectacular.utils import OpenApiResponse, inline_serializer
 from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
+
+from core.json_body import JsonBodyError, too_large
 
 
 class DomainError(Exception):
@@ -51,21 +52,13 @@ class TooManyRequestsError(DomainError):
 
 
 def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    if isinstance(exc, DomainError):
+    if isinstance(exc, RequestDataTooBig):
+        exc = too_large()
+    if isinstance(exc, DomainError | JsonBodyError):
         return Response(
             {"error": {"code": exc.code, "message": exc.message}},
             status=exc.status_code,
             headers=exc.headers,
-        )
-    if isinstance(exc, RequestDataTooBig):
-        return Response(
-            {
-                "error": {
-                    "code": "request_too_large",
-                    "message": f"The request body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes.",
-                }
-            },
-            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
         )
     if isinstance(exc, Http404 | ObjectDoesNotExist):
         # ObjectDoesNotExist: a row deleted by a concurrent request (e.g. a chat deleted while a prompt is posted).
@@ -111,15 +104,40 @@ def error_response(description: str) -> OpenApiResponse:
     return OpenApiResponse(response=ErrorOutSerializer, description=description)
 
 
-def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
-    """``handler404``: JSON under ``/api/`` (clients parse every answer there), Django's page elsewhere."""
+def _json_error(request: HttpRequest, *, status: int, code: str, message: str) -> JsonResponse | None:
+    """The error as JSON for the programs' paths, None for the others (pages): ``{"error": {"code",
+    "message"}}`` under ``/api/``; under ``/v1/`` OpenAI's shape, which has ``type`` and ``param`` too, so the
+    official clients read it."""
     if request.path.startswith("/api/"):
-        return JsonResponse({"error": {"code": "not_found", "message": "No such endpoint."}}, status=404)
-    return defaults.page_not_found(request, exception)
+        return JsonResponse({"error": {"code": code, "message": message}}, status=status)
+    if request.path.startswith("/v1/"):
+        kind = "server_error" if status >= 500 else "invalid_request_error"
+        body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+        return JsonResponse(body, status=status)
+    return None
+
+
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """``handler400``: what Django refuses before a view runs (``SuspiciousOperation``: a body over
+    ``DATA_UPLOAD_MAX_MEMORY_SIZE`` read outside DRF, a host not allowed...). JSON on the APIs, 413 for a body
+    that is too large; Django's page elsewhere."""
+    if isinstance(exception, RequestDataTooBig):
+        refusal = too_large()
+        answer = _json_error(request, status=refusal.status_code, code=refusal.code, message=refusal.message)
+    else:
+        answer = _json_error(
+            request, status=400, code="bad_request", message="The request was refused as malformed or unsafe."
+        )
+    return answer if answer is not None else defaults.bad_request(request, exception)
+
+
+def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """``handler404``: JSON on the APIs (clients parse every answer there), Django's page elsewhere."""
+    answer = _json_error(request, status=404, code="not_found", message="No such endpoint.")
+    return answer if answer is not None else defaults.page_not_found(request, exception)
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
-    """``handler500``: JSON under ``/api/``, Django's page elsewhere. The exception is logged by Django."""
-    if request.path.startswith("/api/"):
-        return JsonResponse({"error": {"code": "server_error", "message": "Internal server error."}}, status=500)
-    return defaults.server_error(request)
+    """``handler500``: JSON on the APIs, Django's page elsewhere. The exception is logged by Django."""
+    answer = _json_error(request, status=500, code="server_error", message="Internal server error.")
+    return answer if answer is not None else defaults.server_error(request)

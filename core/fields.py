@@ -6,15 +6,27 @@ from typing import Any
 
 from rest_framework import serializers
 
+from core.text import text_problem
+
 
 class StrictCharField(serializers.CharField):
-    """A CharField that refuses numbers, lists and objects instead of coercing them to text."""
+    """A CharField that refuses numbers, lists and objects instead of coercing them to text, text that Postgres
+    cannot store (a NUL, a lone surrogate: ``core.text``), and text longer than ``max_length`` even when the
+    excess is whitespace that trimming would remove (the schema's ``maxLength`` is about what is sent)."""
 
-    default_error_messages = {"not_text": "must be a string."}
+    default_error_messages = {
+        "not_text": "must be a string.",
+        "too_long": "is {length} characters long; the limit is {max_length}.",
+    }
 
     def to_internal_value(self, data: Any) -> str:
         if not isinstance(data, str):
             self.fail("not_text")
+        problem = text_problem(data)
+        if problem is not None:
+            raise serializers.ValidationError(problem, code="unstorable_text")
+        if self.max_length is not None and len(data) > self.max_length:
+            self.fail("too_long", length=len(data), max_length=self.max_length)
         return str(super().to_internal_value(data))
 
 

@@ -36,10 +36,11 @@ class Page(Generic[T]):
 
 
 def parse_limit(raw: str | None) -> int:
-    """The ``limit`` query parameter: absent means the default; anything but 1..MAX_LIMIT is a 400."""
-    if raw is None or raw == "":
+    """The ``limit`` query parameter: absent means the default; anything but 1..MAX_LIMIT is a 400, an empty
+    ``?limit=`` included (the schema says integer, and an empty value is none)."""
+    if raw is None:
         return DEFAULT_LIMIT
-    message = f"limit must be an integer between 1 and {MAX_LIMIT}."
+    message = f"limit must be an integer between 1 and {MAX_LIMIT}; leave it out for {DEFAULT_LIMIT}."
     if not (raw.isascii() and raw.isdigit()):
         raise DomainError(message, code="invalid_limit")
     limit = int(raw)
@@ -86,8 +87,15 @@ def keyset_paginate(queryset: QuerySet[M], *, time_field: str, cursor: str | Non
 
 
 PAGE_PARAMS = [
-    OpenApiParameter("cursor", str, description="`next_cursor` of the previous page; omit for the first page."),
-    OpenApiParameter("limit", int, description=f"Page size, 1..{MAX_LIMIT} (default 20)."),
+    OpenApiParameter(
+        "cursor", str, description="`next_cursor` of the previous page; omit it (or leave it empty) for the first page."
+    ),
+    OpenApiParameter(
+        "limit",
+        {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT},
+        description=f"Page size, 1..{MAX_LIMIT} (default {DEFAULT_LIMIT}); anything else, an empty value included, "
+        "is a 400.",
+    ),
 ]
 """The OpenAPI query parameters of a paginated list."""
 BAD_PAGE = {400: error_response("Invalid cursor or limit.")}

@@ -11,7 +11,6 @@ A client that disconnects before the end cancels its run (an OpenAI call cannot 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -26,8 +25,9 @@ from accounts.selectors import user_for_token
 from chats.models import Message
 from core.db_executor import db_call, db_submit
 from core.errors import DomainError
+from core.text import echo
 from openai_api.errors import OpenAIRequestError, error_response, from_domain_error, from_request_error
-from openai_api.requests import ChatCompletionRequest, parse_chat_completion
+from openai_api.requests import ChatCompletionRequest, parse_chat_completion, read_body
 from openai_api.services import completion_abandon, completion_create
 from openai_api.streaming import collect, completion_body, sse_chunks
 from runs.models import Run
@@ -78,17 +78,13 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
     if isinstance(user, HttpResponse):
         return user
     try:
-        body = json.loads(request.body or b"null")
-    except (UnicodeDecodeError, ValueError):
-        return error_response("The body is not valid JSON.", status=400, code="invalid_json")
-    try:
-        parsed = parse_chat_completion(body)
+        parsed = parse_chat_completion(read_body(request))
     except OpenAIRequestError as exc:
         return from_request_error(exc)
     served = settings.ENGINE.served_model_name
     if parsed.model != served:
         return error_response(
-            f"The model '{parsed.model}' does not exist here; this server serves '{served}'.",
+            f"The model '{echo(parsed.model)}' does not exist here; this server serves '{served}'.",
             status=404,
             code="model_not_found",
             param="model",

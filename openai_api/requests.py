@@ -6,6 +6,10 @@ Accepted as OpenAI documents them: ``model``, ``messages`` (roles ``system``/``d
 ``n`` (1 only). Parameters that would change the answer and that this server does not implement (tools,
 ``stop``, ``logprobs``, a JSON ``response_format``, penalties, ``logit_bias``) are refused with a 400 instead
 of being ignored; those that change nothing here (``user``, ``seed``, ``metadata``, ``store``...) are ignored.
+
+The body itself is read within the bounds of ``core.json_body`` (size 413, nesting depth 400), and every text
+that would be stored is checked for what Postgres cannot hold (a NUL, a lone surrogate: ``core.text``), with
+the parameter named (``messages[1].content``).
 """
 
 from __future__ import annotations
@@ -14,7 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest
 
+from core.json_body import JsonBodyError, parse_json, too_large
+from core.text import text_problem
 from openai_api.errors import OpenAIRequestError
 from runs.services import SamplingRequest
 
@@ -36,6 +44,26 @@ class ChatCompletionRequest:
     sampling: SamplingRequest
 
 
+def read_body(request: HttpRequest) -> Any:
+    """The request's JSON value (None for an empty body); :class:`OpenAIRequestError` when the body is too
+    large (413), nested too deeply or not JSON (400)."""
+    try:
+        try:
+            raw = request.body  # Django refuses more than DATA_UPLOAD_MAX_MEMORY_SIZE here
+        except RequestDataTooBig:
+            raise too_large() from None
+        return parse_json(raw or b"null", invalid_code="invalid_json")
+    except JsonBodyError as exc:
+        raise OpenAIRequestError(exc.message, code=exc.code, status=exc.status_code) from None
+
+
+def _checked(text: str, param: str) -> str:
+    problem = text_problem(text)
+    if problem is not None:
+        raise OpenAIRequestError(f"'{param}' {problem}", param=param, code="invalid_text")
+    return text
+
+
 def _number(body: dict[str, Any], name: str, *, low: float, high: float) -> float | None:
     value = body.get(name)
     if value is None:
@@ -49,7 +77,7 @@ def _number(body: dict[str, Any], name: str, *, low: float, high: float) -> floa
 
 def _text(content: Any, param: str) -> str:
     if isinstance(content, str):
-        return content
+        return _checked(content, param)
     if isinstance(content, list):
         parts: list[str] = []
         for index, part in enumerate(content):
@@ -59,7 +87,7 @@ def _text(content: Any, param: str) -> str:
                     "text only.",
                     param=f"{param}[{index}]",
                 )
-            parts.append(part["text"])
+            parts.append(_checked(part["text"], f"{param}[{index}].text"))
         return "".join(parts)
     raise OpenAIRequestError(f"'{param}' must be a string or a list of text parts.", param=param)
 

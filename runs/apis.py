@@ -65,13 +65,15 @@ class ChatDetailApi(APIView):
         operation_id="chats_partial_update",
         request=ChatUpdateSerializer,
         responses={200: ChatOutSerializer, **INVALID, **CHAT_NOT_FOUND},
-        description="Renames the chat.",
+        description="Renames the chat. A partial update: a field left out keeps its value (an empty body "
+        "changes nothing); an unknown field is a 400.",
     )
     def patch(self, request: Request, chat_id: int) -> Response:
         chat = chat_selectors.chat_get(user=request_user(request), chat_id=chat_id)
         body = ChatUpdateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        chat = chat_services.chat_update(chat=chat, title=body.validated_data["title"])
+        if "title" in body.validated_data:
+            chat = chat_services.chat_update(chat=chat, title=body.validated_data["title"])
         return Response(ChatOutSerializer(chat).data)
 
     @extend_schema(

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
@@ -121,3 +124,26 @@ def wait_worker_heartbeat(
         if time.monotonic() > deadline:
             raise RuntimeError(f"{what} wrote no heartbeat within {timeout_s:.0f} s")
         time.sleep(1)
+
+
+@contextlib.contextmanager
+def web_process(*, log: Path, **env: str) -> Iterator[str]:
+    """One uvicorn web process (the production entry point) on the test database and Redis, with ``env`` added;
+    yields its base URL and stops it on exit. Its output goes to ``log``."""
+    port = free_port()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "uvicorn", "chatproject.asgi:application", "--host", "127.0.0.1"]
+    argv += ["--port", str(port), "--no-access-log", "--lifespan", "off", "--timeout-graceful-shutdown", "2"]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, cwd=ROOT, env=child_env(**env), stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(f"{url}/healthz", proc, timeout_s=60, what=f"uvicorn (log: {log})")
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)

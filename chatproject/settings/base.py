@@ -98,6 +98,8 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 LOGIN_URL = "/login/"
+# The largest request body any endpoint reads (Django's default, stated): a 413 above it, on /api and /v1 alike.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
 
 # Login throttling (django-axes, accounts/login_throttle.py): every password check (the token API, /login/,
 # /admin/login/) goes through authenticate(request=...), which the axes backend guards first.
@@ -121,7 +123,8 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    # DRF's JSONParser with bounds: the body's size before it is read, its nesting before it is parsed.
+    "DEFAULT_PARSER_CLASSES": ["core.parsers.BoundedJSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "core.errors.api_exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",

@@ -47,8 +47,16 @@ async def _authenticate(request: HttpRequest) -> AbstractBaseUser | AnonymousUse
     return await db_call(_session_user, request)
 
 
+MAX_EVENT_ID = 2**63 - 1
+"""The largest resume id accepted. Ids are sequence numbers (Redis ids ``0-N``); a larger one was a 500 (Redis
+refuses the id as "Invalid stream ID") and is a 400 now."""
+
+
 def parse_last_event_id(request: HttpRequest) -> int:
-    """The client's resume point: 0 for a fresh stream. Accepts ``N`` and django-eventstream's ``run-{id}:N``."""
+    """The client's resume point: 0 for a fresh stream. Accepts ``N`` and django-eventstream's ``run-{id}:N``.
+
+    ``ValueError`` for anything but a whole number from 0 to ``MAX_EVENT_ID`` (ASCII digits only).
+    """
     raw = request.headers.get("Last-Event-ID", "")
     if not raw:
         raw = next((value for value in reversed(request.GET.getlist("lastEventId")) if value), "")
@@ -57,7 +65,7 @@ def parse_last_event_id(request: HttpRequest) -> int:
         return 0
     if ":" in raw:
         raw = unquote(raw.rsplit(":", 1)[1])
-    if not raw.isdigit():
+    if not (raw.isascii() and raw.isdigit()) or int(raw) > MAX_EVENT_ID:
         raise ValueError(raw)
     return int(raw)
 
@@ -76,7 +84,12 @@ async def run_stream(request: HttpRequest, run_id: int) -> HttpResponseBase:
     try:
         after_seq = parse_last_event_id(request)
     except ValueError:
-        return _error(400, "invalid_last_event_id", "Last-Event-ID must be an event id from this stream.")
+        return _error(
+            400,
+            "invalid_last_event_id",
+            "Last-Event-ID (or ?lastEventId=) must be an event id from this stream: a whole number from 0 to "
+            f"{MAX_EVENT_ID}, or run-{{id}}:N; leave it out to read the stream from the start.",
+        )
     opened = await open_run_stream(run=run, after_seq=after_seq)
     if not opened.first and not opened.live:
         return HttpResponse(status=204)

@@ -18,8 +18,13 @@ pytestmark = pytest.mark.django_db
 
 
 def test_create_chat_belongs_to_the_authenticated_user(api: APIClient, user: User, other_user: User) -> None:
-    # An owner in the body is ignored: the user always comes from authentication.
-    resp = api.post("/api/chats", {"title": "Trip plans", "owner": other_user.pk}, format="json")
+    # The user always comes from authentication: an owner in the body is an unknown field, refused.
+    refused = api.post("/api/chats", {"title": "Trip plans", "owner": other_user.pk}, format="json")
+    assert refused.status_code == 400
+    assert refused.json()["error"]["fields"] == {"owner": ["is not a field of this request; it accepts title."]}
+    assert not Chat.objects.exists()
+
+    resp = api.post("/api/chats", {"title": "Trip plans"}, format="json")
 
     assert resp.status_code == 201, resp.content
     chat = Chat.objects.get(pk=resp.json()["id"])
@@ -52,13 +57,30 @@ def test_get_patch_delete_own_chat(api: APIClient, user: User) -> None:
 
 @pytest.mark.parametrize(
     ("body", "fragment"),
-    [({}, "title"), ({"title": 5}, "must be a string"), ({"title": "x" * 201}, "200"), ({"title": None}, "null")],
+    [
+        ({"title": 5}, "must be a string"),
+        ({"title": "x" * 201}, "title: is 201 characters long; the limit is 200"),
+        ({"title": "x" * 200 + " "}, "title: is 201 characters long"),  # trimming would hide the excess
+        ({"title": None}, "null"),
+        ({"title": "a\x00b"}, "title: contains a NUL character"),
+        ({"name": "x"}, "name: is not a field of this request; it accepts title."),
+    ],
 )
 def test_patch_chat_validation(api: APIClient, user: User, body: dict[str, object], fragment: str) -> None:
     chat = ChatFactory.create(owner=user, title="keep")
     resp = api.patch(f"/api/chats/{chat.pk}", body, format="json")
     assert resp.status_code == 400
     assert fragment in resp.json()["error"]["message"]
+    chat.refresh_from_db()
+    assert chat.title == "keep"
+
+
+def test_patch_is_partial_an_empty_body_changes_nothing(api: APIClient, user: User) -> None:
+    """The schema's PATCH body has no required field (a partial update); the endpoint agrees."""
+    chat = ChatFactory.create(owner=user, title="keep")
+    resp = api.patch(f"/api/chats/{chat.pk}", {}, format="json")
+    assert resp.status_code == 200, resp.content
+    assert resp.json()["title"] == "keep"
     chat.refresh_from_db()
     assert chat.title == "keep"
 
@@ -188,6 +210,6 @@ def test_a_body_over_the_upload_limit_is_413_with_a_json_error(api: APIClient, u
     assert resp.status_code == 413
     assert resp.json()["error"] == {
         "code": "request_too_large",
-        "message": "The request body is larger than 1000 bytes.",
+        "message": "The request body is larger than 1000 bytes; send a smaller one.",
     }
     assert not Message.objects.exists()

@@ -155,7 +155,7 @@ def test_exactly_one_full_page_has_no_next_cursor(api: APIClient, user: User) ->
     assert len(body["results"]) == 3 and body["next_cursor"] is None
 
 
-@pytest.mark.parametrize("limit", ["0", "101", "-1", "abc", "1.5", "²", "9" * 40])
+@pytest.mark.parametrize("limit", ["0", "101", "-1", "abc", "1.5", "²", "9" * 40, ""])
 @pytest.mark.parametrize("which", ["chats", "messages"])
 def test_invalid_limit_is_400(api: APIClient, user: User, limit: str, which: str) -> None:
     chat = ChatFactory.create(owner=user)

@@ -5,9 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.http import HttpRequest
+from django.test import RequestFactory
+from pytest_django.fixtures import Settings
 
 from openai_api.errors import OpenAIRequestError
-from openai_api.requests import parse_chat_completion
+from openai_api.requests import parse_chat_completion, read_body
 from openai_api.streaming import _Follower
 
 
@@ -62,6 +65,75 @@ def test_what_cannot_be_honoured_names_its_parameter(overrides: dict[str, Any], 
     with pytest.raises(OpenAIRequestError) as refused:
         parse_chat_completion(body(**overrides))
     assert refused.value.param == param and refused.value.status == 400
+
+
+@pytest.mark.parametrize(
+    ("messages", "param"),
+    [
+        ([{"role": "user", "content": "a"}, {"role": "user", "content": "b\x00c"}], "messages[1].content"),
+        ([{"role": "user", "content": "\ud800"}], "messages[0].content"),
+        ([{"role": "system", "content": "x\udfffy"}, {"role": "user", "content": "hi"}], "messages[0].content"),
+        (
+            [{"role": "user", "content": [{"type": "text", "text": "ok"}, {"type": "text", "text": "\x00"}]}],
+            "messages[0].content[1].text",
+        ),
+        (
+            [
+                {"role": "user", "content": "a"},
+                {"role": "assistant", "content": "\ud83d"},
+                {"role": "user", "content": "b"},
+            ],
+            "messages[1].content",
+        ),
+    ],
+)
+def test_text_postgres_cannot_store_is_refused_naming_the_message(messages: list[Any], param: str) -> None:
+    """A NUL or a lone surrogate was a 500 (DataError / UnicodeEncodeError when the messages were stored)."""
+    with pytest.raises(OpenAIRequestError) as refused:
+        parse_chat_completion(body(messages=messages))
+    assert (refused.value.status, refused.value.param, refused.value.code) == (400, param, "invalid_text")
+    assert refused.value.message.startswith(f"'{param}' contains a ")
+
+
+def _post(raw: bytes, **extra: Any) -> HttpRequest:
+    return RequestFactory().post("/v1/chat/completions", raw, content_type="application/json", **extra)
+
+
+def test_an_escaped_surrogate_pair_is_one_character_and_accepted() -> None:
+    """JSON writes characters beyond the BMP as a pair of escapes; json.loads joins them, so only lone halves fail."""
+    raw = b'{"model": "m", "messages": [{"role": "user", "content": "\\ud83d\\ude00"}]}'
+    assert parse_chat_completion(read_body(_post(raw))).prompt == "\U0001f600"
+
+
+@pytest.mark.parametrize(
+    ("raw", "status", "code"),
+    [
+        (b"[" * 10_000 + b"]" * 10_000, 400, "json_too_deep"),  # was a RecursionError (500)
+        (b'{"messages": ' + b"[" * 65 + b"]" * 65 + b"}", 400, "json_too_deep"),
+        (b"{", 400, "invalid_json"),
+        (b'{"temperature": NaN}', 400, "invalid_json"),
+        (b'{"max_tokens": ' + b"9" * 5000 + b"}", 400, "invalid_json"),
+        (b"\xff\xfe{}", 400, "invalid_json"),
+    ],
+)
+def test_bodies_refused_before_parsing(raw: bytes, status: int, code: str) -> None:
+    with pytest.raises(OpenAIRequestError) as refused:
+        read_body(_post(raw))
+    assert (refused.value.status, refused.value.code) == (status, code)
+
+
+def test_nesting_up_to_the_limit_and_brackets_in_strings_are_fine() -> None:
+    assert read_body(_post(b"[" * 64 + b"]" * 64)) == eval("[" * 64 + "]" * 64)  # noqa: S307 - a literal
+    assert read_body(_post(b'{"a": "' + b"[" * 10_000 + b'"}')) == {"a": "[" * 10_000}
+    assert read_body(_post(b"")) is None
+
+
+def test_a_body_over_the_limit_is_413(settings: Settings) -> None:
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    with pytest.raises(OpenAIRequestError) as refused:
+        read_body(_post(b'{"model": "' + b"x" * 2000 + b'"}'))
+    assert (refused.value.status, refused.value.code) == (413, "request_too_large")
+    assert refused.value.message == "The request body is larger than 1000 bytes; send a smaller one."
 
 
 def test_a_restart_that_repeats_the_sent_text_continues_seamlessly() -> None:

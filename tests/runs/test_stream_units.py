@@ -31,7 +31,7 @@ from runs.streaming.follow import coalesce, final_state_entries
 from runs.streaming.load import count_active_streams, flush_interval_for
 from runs.streaming.relay import Entry, RawEntry, StreamRelay, Subscription
 from runs.streaming.sse import encode, encode_entry
-from runs.streaming.views import parse_last_event_id
+from runs.streaming.views import MAX_EVENT_ID, parse_last_event_id
 from tests.factories import RunFactory
 
 
@@ -131,6 +131,29 @@ def test_last_event_id_forms(header: str, query: str, expected: int) -> None:
 def test_last_event_id_rejects_garbage() -> None:
     with pytest.raises(ValueError):
         parse_last_event_id(RequestFactory().get("/x", HTTP_LAST_EVENT_ID="abc"))
+
+
+@pytest.mark.parametrize(
+    ("header", "query"),
+    [
+        ("99999999999999999999999", ""),  # was a 500: Redis refused the id ("Invalid stream ID")
+        (str(2**63), ""),
+        ("run-3:99999999999999999999999", ""),
+        ("", "99999999999999999999999"),
+        ("9" * 5000, ""),  # longer than Python converts to int
+        ("\u0661", ""),  # a Unicode digit (Arabic-Indic one): ids are ASCII
+        ("-1", ""),
+    ],
+)
+def test_last_event_id_out_of_range_is_refused(header: str, query: str) -> None:
+    headers = {"Last-Event-ID": header} if header else {}
+    request = RequestFactory().get("/api/runs/3/stream", {"lastEventId": query} if query else {}, headers=headers)
+    with pytest.raises(ValueError):
+        parse_last_event_id(request)
+
+
+def test_the_largest_last_event_id_is_accepted() -> None:
+    assert parse_last_event_id(RequestFactory().get("/x", HTTP_LAST_EVENT_ID=str(MAX_EVENT_ID))) == 2**63 - 1
 
 
 async def _collect(sub: Subscription, until_seq: int) -> list[int]:
