@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import TypeVar
 
 from django.db import InterfaceError, OperationalError, connection
@@ -22,18 +23,50 @@ T = TypeVar("T")
 
 _db_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="async-db")
 
+CONNECTION_ERRORS = (OperationalError, InterfaceError)
+"""What Django raises when Postgres is unreachable or has dropped the connection (a restart)."""
+
+
+@contextmanager
+def reconnect_after_db_error() -> Iterator[None]:
+    """Closes this thread's connection when the block fails on it, so the next query opens a new one.
+
+    Django closes a broken connection only at the end of a request. A thread that is no request's (the
+    dispatcher's loop, these database threads) would otherwise keep the dead one after a Postgres restart,
+    and every later query would fail on it.
+    """
+    try:
+        yield
+    except CONNECTION_ERRORS:
+        connection.close()
+        raise
+
 
 def _with_connection(fn: Callable[..., T], *args: object) -> T:
-    try:
+    with reconnect_after_db_error():
         return fn(*args)
-    except (OperationalError, InterfaceError):
-        connection.close()  # broken (Postgres restarted?): the next call opens a new one
-        raise
+
+
+def _read_with_connection(fn: Callable[..., T], *args: object) -> T:
+    kept = connection.connection is not None  # opened by an earlier call on this thread
+    try:
+        return _with_connection(fn, *args)
+    except CONNECTION_ERRORS:
+        if not kept:
+            raise  # a new connection failed: Postgres is down, not just restarted
+        logger.info("database thread: its connection was dropped (Postgres restarted?); reading again")
+    return _with_connection(fn, *args)
 
 
 async def db_call(fn: Callable[..., T], *args: object) -> T:
     """Runs a synchronous ORM function on the database threads and awaits its result."""
     return await asyncio.get_running_loop().run_in_executor(_db_executor, _with_connection, fn, *args)
+
+
+async def db_read(fn: Callable[..., T], *args: object) -> T:
+    """:func:`db_call` for a function that only reads: when it fails on a connection the thread had kept
+    (Postgres restarted since, and dropped it), it runs once more on a new one instead of failing the request."""
+    return await asyncio.get_running_loop().run_in_executor(_db_executor, _read_with_connection, fn, *args)
 
 
 def db_submit(fn: Callable[..., object], /, **kwargs: object) -> None:

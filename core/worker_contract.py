@@ -153,6 +153,14 @@ def run_lease_holder(*, run_id: int, client: redis.Redis | None = None) -> str |
     return str(holder) if holder is not None else None
 
 
+def run_lease_holders(run_ids: list[int], *, client: redis.Redis | None = None) -> dict[int, str | None]:
+    """:func:`run_lease_holder` of many runs in one round trip (``MGET``)."""
+    if not run_ids:
+        return {}
+    values = (client or get_redis()).mget([run_lease_key(run_id) for run_id in run_ids])
+    return {run_id: (str(v) if v is not None else None) for run_id, v in zip(run_ids, values, strict=True)}
+
+
 @dataclass(frozen=True)
 class EngineMetricsSnapshot:
     """One worker's engine metrics as the web's ``/metrics`` merges them (with ``worker`` and ``deployment``

@@ -120,7 +120,16 @@ class WorkerRuntime:
         )
 
     def release(self, run_id: int) -> None:
-        self.client.eval(_RELEASE_LEASE, 1, run_lease_key(run_id), self.lease_value)
+        """Gives the run's lease back. Redis not answering is logged, not raised: the lease then expires by
+        itself within ``heartbeat_ttl_s`` (nothing refreshes it any more), and the run's outcome stands."""
+        try:
+            self.client.eval(_RELEASE_LEASE, 1, run_lease_key(run_id), self.lease_value)
+        except redis.RedisError as exc:
+            logger.warning("run %s: could not release its lease (%s); it expires by itself", run_id, exc)
+
+    def holds(self, run_id: int) -> bool:
+        """Whether this process still holds the run's lease (it may have expired while Redis was unreachable)."""
+        return self.client.get(run_lease_key(run_id)) == self.lease_value
 
     def register(self, *, run_id: int, attempt: int) -> ActiveRun:
         active = ActiveRun(run_id=run_id, attempt=attempt, request_id=f"run-{run_id}-{attempt}")

@@ -11,10 +11,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
+import redis
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
+from core.db_executor import CONNECTION_ERRORS
 from core.generation import EngineFinishReason, GenerationResult
 from inference_workers.engine.base import GenerationRequest
 from inference_workers.engine.host import EngineError
@@ -28,31 +32,74 @@ from runs.streaming.load import current_flush_interval
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
+STREAM_ERRORS = (redis.ConnectionError, redis.TimeoutError)
+"""Redis not answering (a restart, a network blip): the coalescer keeps its text and tries again."""
+
+DB_RETRY_S = 30.0
+"""How long a run's writes to Postgres are retried while it is unreachable (a restart takes seconds)."""
+
+
+class StreamLost(RuntimeError):
+    """The run's stream cannot be written: Redis stayed unreachable past the coalescer's outage limit, or the
+    attempt lost the run's lease meanwhile. The attempt stops; the reaper requeues the run."""
+
 
 class DeltaCoalescer:
-    """Buffers deltas: the first text goes out at once, then every ``interval_s`` or ``max_tokens`` tokens."""
+    """Buffers deltas: the first text goes out at once, then every ``interval_s`` or ``max_tokens`` tokens.
 
-    def __init__(self, writer: RunStreamWriter, *, interval_s: Callable[[], float], max_tokens: int) -> None:
+    It rides out a short Redis outage (a restart): an append that fails keeps its text buffered and the next
+    flush, ``retry_s`` later, tries again, so generation goes on and nothing is lost or sent twice. Before the
+    first write after an outage it checks that this attempt still holds the run (``owns``: its lease may have
+    expired meanwhile and the run been requeued), whether the failed append had reached Redis after all (only
+    its reply lost), and whether the stream lost entries (Redis restarted without them): then a ``reset`` and
+    the whole text so far go out, so a client's text is exact again. Past ``outage_limit_s`` without Redis,
+    or without the lease, it raises :class:`StreamLost`.
+    """
+
+    def __init__(
+        self,
+        writer: RunStreamWriter,
+        *,
+        interval_s: Callable[[], float],
+        max_tokens: int,
+        owns: Callable[[], bool] = lambda: True,
+        outage_limit_s: float = 10.0,
+        retry_s: float = 0.25,
+    ) -> None:
         self.writer = writer
         self.interval_s = interval_s
         """Called at each flush decision: the interval grows with the number of live streams."""
         self.max_tokens = max_tokens
-        self.parts: list[str] = []
+        self.owns = owns
+        self.outage_limit_s = outage_limit_s
+        self.retry_s = retry_s
+        self.parts: list[tuple[str, int]] = []
+        """(text, tokens) not yet in the stream."""
         self.text_parts: list[str] = []
-        self.buffered_tokens = 0
+        self.tokens = 0
         self.last_flush = 0.0
         self.flushes = 0
+        self._down_since: float | None = None
+        self._next_try = 0.0
+        self._unsure: tuple[int, int] | None = None
+        """(id, parts) of a failed append that Redis may have applied anyway."""
 
     @property
     def text(self) -> str:
         return "".join(self.text_parts)
 
+    @property
+    def buffered_tokens(self) -> int:
+        return sum(tokens for _, tokens in self.parts)
+
     def add(self, text: str, tokens: int) -> None:
         if not text and not tokens:
             return
-        self.parts.append(text)
+        self.parts.append((text, tokens))
         self.text_parts.append(text)
-        self.buffered_tokens += tokens
+        self.tokens += tokens
         if self.flushes == 0 or self.buffered_tokens >= self.max_tokens:
             self.flush()
         else:
@@ -65,13 +112,86 @@ class DeltaCoalescer:
     def flush(self) -> None:
         if not self.parts:
             return
-        text = "".join(self.parts)
+        now = time.monotonic()
+        if self._down_since is not None and now < self._next_try:
+            return
+        try:
+            if self._down_since is not None:
+                self._resume()
+            self._append_buffered()
+        except STREAM_ERRORS as exc:
+            if self._down_since is None:
+                self._down_since = now
+                logger.warning("run %s: its stream is unreachable (%s); buffering the text", self.writer.run_id, exc)
+            if now - self._down_since > self.outage_limit_s:
+                raise StreamLost(f"Redis unreachable for {now - self._down_since:.1f} s") from exc
+            self._next_try = now + self.retry_s
+            return
+        if self._down_since is not None:
+            logger.info("run %s: stream reachable again after %.1f s", self.writer.run_id, now - self._down_since)
+            self._down_since = None
+
+    def drain(self) -> None:
+        """Flushes what is buffered, waiting out a Redis outage (up to the limit, then :class:`StreamLost`)."""
+        self.flush()
+        while self.parts:
+            time.sleep(self.retry_s)
+            self.flush()
+
+    def _append_buffered(self) -> None:
+        count = len(self.parts)
+        text = "".join(part for part, _ in self.parts)
         if text:
-            self.writer.append(StreamEvent.DELTA, {"text": text, "tokens": self.buffered_tokens})
+            try:
+                self.writer.append(StreamEvent.DELTA, {"text": text, "tokens": self.buffered_tokens})
+            except STREAM_ERRORS:
+                self._unsure = (self.writer.seq + 1, count)
+                raise
             self.flushes += 1
-        self.parts.clear()
-        self.buffered_tokens = 0
+        del self.parts[:count]
         self.last_flush = time.monotonic()
+
+    def _resume(self) -> None:
+        """The first write after Redis errors: is the run still ours, and what does its stream hold?"""
+        if not self.owns():
+            raise StreamLost("the attempt lost the run's lease while Redis was unreachable")
+        last = self.writer.last_in_stream()
+        if self._unsure is not None:
+            seq, count = self._unsure
+            self._unsure = None
+            if last >= seq:  # it had been written; only its reply was lost
+                self.writer.written_up_to(seq)
+                self.flushes += 1
+                del self.parts[:count]
+        if last < self.writer.seq:  # Redis came back without entries it had acknowledged
+            logger.warning(
+                "run %s: its stream lost entries %s-%s; resending the text",
+                self.writer.run_id,
+                last + 1,
+                self.writer.seq,
+            )
+            self.writer.append(StreamEvent.RESET, {})
+            self.parts = [(self.text, self.tokens)]
+
+
+def _with_db_retry(write: Callable[[], T], *, run_id: int, what: str) -> T:
+    """``write`` again, on a new connection, while Postgres is unreachable or has dropped this thread's
+    connection (a restart), for up to ``DB_RETRY_S``: a run that was generated is not lost to a restart.
+
+    Each of the run writes used here is one transaction that re-reads the run under its row lock: one that
+    failed did not commit, and one whose commit went through (its reply lost) left the run in a state the
+    retry sees, so a retry never writes twice.
+    """
+    deadline = time.monotonic() + DB_RETRY_S
+    while True:
+        try:
+            return write()
+        except CONNECTION_ERRORS as exc:
+            connection.close()
+            if time.monotonic() >= deadline:
+                raise
+            logger.warning("run %s: %s failed (%s); retrying on a new connection", run_id, what, exc)
+            time.sleep(0.5)
 
 
 def generate_run(*, run_id: int, runtime: WorkerRuntime) -> RunStatus | None:
@@ -91,7 +211,9 @@ def generate_run(*, run_id: int, runtime: WorkerRuntime) -> RunStatus | None:
 
 
 def _generate_claimed(*, run_id: int, runtime: WorkerRuntime) -> RunStatus | None:
-    run, changed = run_mark_streaming(run_id=run_id, worker=runtime.worker_name)
+    run, changed = _with_db_retry(
+        lambda: run_mark_streaming(run_id=run_id, worker=runtime.worker_name), run_id=run_id, what="claiming it"
+    )
     if not changed:
         return None
     if run.is_terminal:  # it was cancelling when its previous worker died, or ran out of attempts
@@ -118,7 +240,14 @@ def _generate_claimed(*, run_id: int, runtime: WorkerRuntime) -> RunStatus | Non
             priority=run.priority,
         )
         streams = settings.STREAMS
-        coalescer = DeltaCoalescer(writer, interval_s=current_flush_interval, max_tokens=streams.flush_max_tokens)
+        coalescer = DeltaCoalescer(
+            writer,
+            interval_s=current_flush_interval,
+            max_tokens=streams.flush_max_tokens,
+            owns=lambda: runtime.holds(run_id),
+            # Past the lease's TTL without Redis the lease is gone: the run is the reaper's to requeue.
+            outage_limit_s=float(settings.WORKERS.heartbeat_ttl_s),
+        )
         input_tokens = output_tokens = 0
         finish_reason = EngineFinishReason.ABORT
         if runtime.cancel_pending(run_id):  # cancelled between the claim and now: nothing to generate
@@ -126,34 +255,39 @@ def _generate_claimed(*, run_id: int, runtime: WorkerRuntime) -> RunStatus | Non
             return _finish(run_id=run_id, attempt=attempt, result=empty)
         last_abort = 0.0
         try:
-            for delta in runtime.host.stream(request, poll_s=streams.flush_interval_s):
-                if active.cancel_requested.is_set() and time.monotonic() - last_abort > 0.5:
-                    # An abort that reached the engine before the request did is a no-op: repeat it.
-                    runtime.host.abort(request.request_id)
-                    last_abort = time.monotonic()
-                if delta is None:
-                    coalescer.flush_if_due()
-                    continue
-                if delta.prompt_tokens is not None:
-                    input_tokens = delta.prompt_tokens
-                first_token = output_tokens == 0 and delta.new_tokens > 0
-                output_tokens += delta.new_tokens
-                coalescer.add(delta.text, delta.new_tokens)  # the first text goes out before any bookkeeping
-                if first_token:
-                    run_mark_first_token(run_id=run_id, attempt=attempt)
-                    log_run_event(
-                        RunEvent.FIRST_TOKEN,
-                        run,
-                        f"run {run_id}: first token (attempt {attempt})",
-                        attempt=attempt,
-                        ttft_s=seconds_between(run.created_at, timezone.now()),
-                    )
-                if delta.finish_reason is not None:
-                    finish_reason = EngineFinishReason(delta.finish_reason)
-        except EngineError as exc:
-            coalescer.flush()
-            return _fail(run_id=run_id, attempt=attempt, error=f"The engine failed: {exc}")
-        coalescer.flush()
+            try:
+                for delta in runtime.host.stream(request, poll_s=streams.flush_interval_s):
+                    if active.cancel_requested.is_set() and time.monotonic() - last_abort > 0.5:
+                        # An abort that reached the engine before the request did is a no-op: repeat it.
+                        runtime.host.abort(request.request_id)
+                        last_abort = time.monotonic()
+                    if delta is None:
+                        coalescer.flush_if_due()
+                        continue
+                    if delta.prompt_tokens is not None:
+                        input_tokens = delta.prompt_tokens
+                    first_token = output_tokens == 0 and delta.new_tokens > 0
+                    output_tokens += delta.new_tokens
+                    coalescer.add(delta.text, delta.new_tokens)  # the first text goes out before any bookkeeping
+                    if first_token:
+                        _mark_first_token(run_id=run_id, attempt=attempt)
+                        log_run_event(
+                            RunEvent.FIRST_TOKEN,
+                            run,
+                            f"run {run_id}: first token (attempt {attempt})",
+                            attempt=attempt,
+                            ttft_s=seconds_between(run.created_at, timezone.now()),
+                        )
+                    if delta.finish_reason is not None:
+                        finish_reason = EngineFinishReason(delta.finish_reason)
+            except EngineError as exc:
+                coalescer.drain()
+                return _fail(run_id=run_id, attempt=attempt, error=f"The engine failed: {exc}")
+            coalescer.drain()
+        except StreamLost as exc:
+            runtime.host.abort(request.request_id)
+            logger.warning("run %s: %s; attempt %s stops and the reaper requeues the run", run_id, exc, attempt)
+            return None
     finally:
         runtime.unregister(run_id)
 
@@ -163,8 +297,18 @@ def _generate_claimed(*, run_id: int, runtime: WorkerRuntime) -> RunStatus | Non
     return _finish(run_id=run_id, attempt=attempt, result=result)
 
 
+def _mark_first_token(*, run_id: int, attempt: int) -> None:
+    try:
+        run_mark_first_token(run_id=run_id, attempt=attempt)
+    except CONNECTION_ERRORS as exc:  # a statistic: not worth holding the stream up while Postgres restarts
+        connection.close()
+        logger.warning("run %s: could not record its first token (%s)", run_id, exc)
+
+
 def _finish(*, run_id: int, attempt: int, result: GenerationResult) -> RunStatus | None:
-    finished = run_finish(run_id=run_id, attempt=attempt, result=result)
+    finished = _with_db_retry(
+        lambda: run_finish(run_id=run_id, attempt=attempt, result=result), run_id=run_id, what="storing its answer"
+    )
     if finished is None:
         logger.warning("run %s: attempt %s was superseded; its result is dropped", run_id, attempt)
         return None
@@ -172,5 +316,7 @@ def _finish(*, run_id: int, attempt: int, result: GenerationResult) -> RunStatus
 
 
 def _fail(*, run_id: int, attempt: int, error: str) -> RunStatus | None:
-    failed = run_fail(run_id=run_id, error=error, attempt=attempt)
+    failed = _with_db_retry(
+        lambda: run_fail(run_id=run_id, error=error, attempt=attempt), run_id=run_id, what="failing it"
+    )
     return RunStatus.FAILED if failed is not None else None

@@ -23,7 +23,7 @@ from django.views.decorators.csrf import csrf_exempt
 from accounts.models import User
 from accounts.selectors import user_for_token
 from chats.models import Message
-from core.db_executor import db_call, db_submit
+from core.db_executor import db_call, db_read, db_submit
 from core.errors import DomainError
 from core.text import echo
 from openai_api.errors import OpenAIRequestError, error_response, from_domain_error, from_request_error
@@ -43,7 +43,7 @@ async def _bearer_user(request: HttpRequest) -> User | HttpResponse:
             status=401,
             code="missing_api_key",
         )
-    user = await db_call(user_for_token, key.strip())
+    user = await db_read(user_for_token, key.strip())
     if user is None:
         return error_response("Incorrect API token.", status=401, code="invalid_api_key")
     return user
@@ -110,7 +110,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
         status = 409 if completion.error["code"] == "run_cancelled" else 502
         return error_response(completion.error["message"], status=status, code=completion.error["code"])
     # The stream's text is the message; Postgres has it too, and is the record if the two ever differ.
-    content = await db_call(_answer_text, run.pk)
+    content = await db_read(_answer_text, run.pk)
     body_out = completion_body(
         run, model=served, content=completion.text if content is None else content, completion=completion
     )

@@ -5,10 +5,12 @@ events on the runs' streams, and the leader's housekeeping (``runs.reaper``)."""
 from __future__ import annotations
 
 import logging
+import time
 
 from django.conf import settings
 
 from accounts.models import Tier
+from core.db_executor import reconnect_after_db_error
 from core.redis_client import get_redis
 from core.worker_contract import worker_heartbeats
 from runs.dispatcher_figures import DispatcherFigures
@@ -60,10 +62,25 @@ def publish_positions(positions: dict[int, Position]) -> None:
         )
 
 
-def housekeeping() -> None:
-    """The leader's periodic repairs: runs whose push was lost, and runs whose worker died mid-stream."""
-    requeue_lost_runs()
-    reap_orphaned_runs()
+class Housekeeping:
+    """The leader's periodic repairs (called every ``DispatcherSettings.housekeeping_interval_s``): runs whose
+    worker died mid-stream each time, queued runs whose push was lost every ``lost_runs_every_s`` (those are
+    at least 30 s old anyway).
+
+    The dispatcher's database connection is no request's, so Django never closes it: after a Postgres
+    restart every query would fail on the dead one. A failure closes it, and the next call connects again.
+    """
+
+    def __init__(self, *, lost_runs_every_s: float = 10.0) -> None:
+        self.lost_runs_every_s = lost_runs_every_s
+        self._lost_runs_checked_at = float("-inf")
+
+    def __call__(self) -> None:
+        with reconnect_after_db_error():
+            reap_orphaned_runs()
+            if time.monotonic() - self._lost_runs_checked_at >= self.lost_runs_every_s:
+                self._lost_runs_checked_at = time.monotonic()
+                requeue_lost_runs()
 
 
 def build_dispatcher(*, use_leader_lock: bool = True) -> Dispatcher:
@@ -91,6 +108,6 @@ def build_dispatcher(*, use_leader_lock: bool = True) -> Dispatcher:
         send=send_run,
         on_positions=publish_positions,
         use_leader_lock=use_leader_lock,
-        housekeeping=housekeeping,
+        housekeeping=Housekeeping(),
         observer=DispatcherFigures(deployment=settings.ENGINE.served_model_name),
     )

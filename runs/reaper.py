@@ -9,7 +9,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from core.worker_contract import run_lease_holder
+from core.worker_contract import run_lease_holders
 from runs.events import RunEvent, log_run_event
 from runs.models import Run, RunStatus
 from runs.queueing import get_scheduler_store, run_enqueue
@@ -28,19 +28,23 @@ def reap_orphaned_runs() -> list[int]:
     cfg = settings.WORKERS
     cutoff = timezone.now() - timedelta(seconds=cfg.orphan_grace_s)
     handled: list[int] = []
-    candidates = Run.objects.filter(
-        status__in=[RunStatus.STREAMING, RunStatus.CANCELLING], started_at__lt=cutoff
-    ).values_list("id", "worker", "attempts")
+    candidates = list(
+        Run.objects.filter(status__in=[RunStatus.STREAMING, RunStatus.CANCELLING], started_at__lt=cutoff).values_list(
+            "id", "worker", "attempts"
+        )
+    )
+    holders = run_lease_holders([run_id for run_id, _, _ in candidates])  # one round trip, however many
     for run_id, worker, attempts in candidates:
-        if run_lease_holder(run_id=run_id) is not None:
+        if holders[run_id] is not None:
             continue
         if not cfg.requeue_orphans or attempts >= cfg.max_attempts:
             error = f"Worker {worker or '?'} stopped while generating this answer (attempt {attempts})."
-            failed = run_fail(run_id=run_id, error=error)
+            failed = run_fail(run_id=run_id, error=error, attempt=attempts)
             if failed is not None:
                 handled.append(run_id)
             continue
-        requeued = run_requeue_orphan(run_id=run_id, worker=worker)  # logs ``requeued`` (or its end)
+        # The attempt the reaper saw: a new one that started since (a redelivery) is left alone.
+        requeued = run_requeue_orphan(run_id=run_id, worker=worker, attempt=attempts)  # logs ``requeued``
         if requeued is not None:
             if requeued.status != RunStatus.QUEUED:
                 logger.warning("run %s: worker %s vanished while it was being cancelled", run_id, worker)

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.conf import settings
 
+from core.db_executor import reconnect_after_db_error
 from core.worker_contract import send_generate, worker_heartbeat
 from runs.events import RunEvent, log_event, log_run_event
 from runs.models import Run
@@ -67,7 +68,8 @@ def route_run_or_tier_queue(*, run_id: int, tier_queue: str) -> tuple[Route, Run
     a run)."""
     run = None
     try:
-        run = _run_for_dispatch(run_id)
+        with reconnect_after_db_error():  # Postgres restarted: the next lookup connects again
+            run = _run_for_dispatch(run_id)
         return route_run(run=run, tier_queue=tier_queue), run
     except Exception:  # a Redis or database hiccup: any worker will do
         logger.exception("run %s: chat affinity lookup failed; using the tier queue", run_id)

@@ -297,15 +297,18 @@ def run_fail(*, run_id: int, error: str, attempt: int | None = None) -> Run | No
         return _end_run(run, status=RunStatus.FAILED, error=error)
 
 
-def run_requeue_orphan(*, run_id: int, worker: str) -> Run | None:
+def run_requeue_orphan(*, run_id: int, worker: str, attempt: int | None = None) -> Run | None:
     """Puts a run whose worker vanished back in the queue (or ends it ``cancelled`` if it was cancelling).
 
-    ``worker`` is the owner the reaper saw; if the run has moved on since (another attempt, or terminal),
-    nothing changes and None is returned. A queued run is handed on again after commit.
+    ``worker`` (and ``attempt``) are the owner the reaper saw; if the run has moved on since (another attempt,
+    even on a worker of the same name, or terminal), nothing changes and None is returned. A queued run is
+    handed on again after commit.
     """
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
         if run.status not in (RunStatus.STREAMING, RunStatus.CANCELLING) or run.worker != worker:
+            return None
+        if attempt is not None and run.attempts != attempt:
             return None
         if run.status == RunStatus.CANCELLING:
             return _end_run(run, status=RunStatus.CANCELLED)

@@ -93,11 +93,31 @@ class RunStreamWriter:
         self._active_refreshed_at = 0.0
 
     def append(self, event: StreamEvent, data: dict[str, Any]) -> int:
-        """Appends one event in one round trip; returns its sequence number (the SSE ``id``)."""
+        """Appends one event in one round trip; returns its sequence number (the SSE ``id``).
+
+        When Redis does not answer (``ConnectionError``, ``TimeoutError``: it is restarting) the error is
+        raised and the writer numbers its next append as if this one had not been written; whether it was (its
+        reply lost) is for the caller to find out with :meth:`last_in_stream` once Redis answers again. The
+        stream's TTL and active entry go out again with the next append.
+        """
         pipe = self.client.pipeline(transaction=False)
         seq = self.queue(pipe, event, data)
-        pipe.execute()
+        try:
+            pipe.execute()
+        except (redis.ConnectionError, redis.TimeoutError):
+            self.seq = seq - 1
+            self._expiry_set = False
+            self._active_refreshed_at = 0.0
+            raise
         return seq
+
+    def last_in_stream(self) -> int:
+        """The id of the stream's last entry in Redis (0: none), for a writer resuming after Redis errors."""
+        return last_seq(self.run_id, client=self.client)
+
+    def written_up_to(self, seq: int) -> None:
+        """Records that Redis holds the entries up to ``seq`` (a failed append that had landed after all)."""
+        self.seq = max(self.seq, seq)
 
     def queue(self, pipe: redis.client.Pipeline, event: StreamEvent, data: dict[str, Any]) -> int:
         """Queues the commands of one append on ``pipe`` (the caller executes it; a process writing many

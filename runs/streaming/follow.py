@@ -15,9 +15,10 @@ import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 
+import redis
 from django.conf import settings
 
-from core.db_executor import db_call
+from core.db_executor import db_read
 from runs.models import Run, RunStatus
 from runs.streaming.contract import StreamEntry, StreamEvent, run_terminal_event
 from runs.streaming.drain import draining
@@ -62,6 +63,22 @@ def _load_finished_run(run_id: int) -> Run | None:
     return Run.objects.select_related("assistant_message").filter(pk=run_id).first()
 
 
+async def _poll_status(run_id: int) -> tuple[bool, str | None]:
+    """(whether Postgres answered, the run's status there: None when the run is gone)."""
+    try:
+        return True, await get_status_reader().status(run_id)
+    except Exception:  # noqa: BLE001 - a Postgres hiccup (a restart): unknown, which is not "gone"; ask next poll
+        return False, None
+
+
+async def _load_finished_run_or_none(run_id: int) -> Run | None:
+    try:
+        return await db_read(_load_finished_run, run_id)
+    except Exception:  # noqa: BLE001 - as above: the next poll tries again
+        logger.warning("SSE: run %s: reading its final state failed; trying again at the next poll", run_id)
+        return None
+
+
 @dataclass
 class OpenedStream:
     """The result of opening a run's stream: what to send first, and whether to follow it live."""
@@ -79,12 +96,19 @@ async def open_run_stream(*, run: Run, after_seq: int, relay: StreamRelay | None
     (its id is at or past the terminal event) gives ``first=[]`` and ``live=False``.
     """
     relay = relay or get_relay()
-    entries, last = await relay.read_after(run.pk, after_seq)
+    try:
+        entries, last = await relay.read_after(run.pk, after_seq)
+    except redis.RedisError as exc:
+        # Redis is unreachable (restarting?): never a 500. A finished run comes from Postgres; an unfinished one
+        # is followed as a run with nothing in Redis yet: its status from Postgres, then the relay, which
+        # reconnects by itself, delivers what comes after the client's id.
+        logger.warning("SSE: run %s: Redis unavailable at open (%s); following from Postgres for now", run.pk, exc)
+        entries, last = [], None
     if last is not None and is_terminal(last) and last.seq <= after_seq:
         return OpenedStream(first=[], live=False, initial_status=None)
     trimmed = bool(entries) and entries[0].seq > after_seq + 1 and entries[0].event != StreamEvent.RESET
     if (last is None or trimmed) and run.is_terminal:
-        finished = await db_call(_load_finished_run, run.pk)
+        finished = await _load_finished_run_or_none(run.pk)  # None: followed live, its status polls end it
         if finished is not None:
             return OpenedStream(
                 first=final_state_entries(finished, after_seq=after_seq), live=False, initial_status=None
@@ -168,23 +192,20 @@ async def iter_run_items(
                 continue
             if now - last_entry_at >= cfg.status_poll_s:
                 last_entry_at = now
-                try:
-                    status = await get_status_reader().status(run_id)
-                except Exception:  # noqa: BLE001 - a Postgres hiccup: keep streaming, ask again next time
-                    status = last_status
-                if status is None:
+                answered, status = await _poll_status(run_id)
+                if answered and status is None:
                     yield GONE_ITEM
                     return
-                if RunStatus(status).is_terminal:
+                if answered and status is not None and RunStatus(status).is_terminal:
                     # The worker commits the message, then appends the terminal event: allow it one poll.
                     if finished_in_db_at is None:
                         finished_in_db_at = now
                     elif now - finished_in_db_at >= cfg.status_poll_s:
-                        finished = await db_call(_load_finished_run, run_id)
+                        finished = await _load_finished_run_or_none(run_id)
                         if finished is not None:
                             yield StreamItem(entries=final_state_entries(finished, after_seq=cursor))
                             return
-                elif status != last_status:
+                elif answered and status != last_status:
                     yield StreamItem(status=status)
                     last_status = status
                     last_write = now

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from core.db_executor import db_call
+from core.db_executor import db_read
 from runs.models import Run
 
 logger = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ class RunStatusReader:
         await asyncio.sleep(0.01)
         batch, self._waiting, self._flusher = self._waiting, {}, None
         try:
-            statuses = await db_call(_load_statuses, list(batch))
+            statuses = await db_read(_load_statuses, list(batch))
         except Exception as exc:  # noqa: BLE001 - the streams keep going and ask again at their next poll
             logger.warning("SSE: status read failed: %s", exc)
             for futures in batch.values():

@@ -3,11 +3,16 @@
 Owner only: the browser's session cookie or ``Authorization: Token <key>``; 401 without credentials, 404
 for anyone else's run (indistinguishable from a missing one). ``Last-Event-ID`` (or ``?lastEventId=``,
 for clients that cannot set headers) resumes after that event; 204 when the stream is already complete
-for that id (EventSource then stops reconnecting). Closing the connection never cancels the run.
+for that id (EventSource then stops reconnecting). Closing the connection never cancels the run. A stream opened
+while Postgres is unreachable (a restart) waits up to ``DB_WAIT_S`` for it, then answers 503 with Retry-After.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Callable
+from typing import TypeVar
 from urllib.parse import unquote
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -16,14 +21,32 @@ from django.http.response import HttpResponseBase
 from django_eventstream.utils import add_default_headers
 
 from accounts.selectors import user_for_token
-from core.db_executor import db_call
+from core.db_executor import CONNECTION_ERRORS, db_read
 from runs.models import Run
 from runs.streaming.follow import open_run_stream
 from runs.streaming.sse import iter_run_events
 
+T = TypeVar("T")
+
+DB_WAIT_S = 10.0
+"""A stream opened while Postgres is unreachable (a restart) waits this long for it before answering 503: an SSE
+client waits for events anyway, and a restart takes a second or two."""
+
 
 def _error(status: int, code: str, message: str) -> JsonResponse:
     return JsonResponse({"error": {"code": code, "message": message}}, status=status)
+
+
+async def _read(fn: Callable[..., T], *args: object) -> T:
+    """``db_read``, tried again every half second for up to ``DB_WAIT_S`` while Postgres is unreachable."""
+    deadline = time.monotonic() + DB_WAIT_S
+    while True:
+        try:
+            return await db_read(fn, *args)
+        except CONNECTION_ERRORS:
+            if time.monotonic() >= deadline:
+                raise
+            await asyncio.sleep(0.5)
 
 
 def _session_user(request: HttpRequest) -> AbstractBaseUser | AnonymousUser:
@@ -43,8 +66,8 @@ async def _authenticate(request: HttpRequest) -> AbstractBaseUser | AnonymousUse
         scheme, _, key = header.partition(" ")
         if scheme.lower() != "token" or not key.strip():
             return None
-        return await db_call(user_for_token, key.strip())
-    return await db_call(_session_user, request)
+        return await _read(user_for_token, key.strip())
+    return await _read(_session_user, request)
 
 
 MAX_EVENT_ID = 2**63 - 1
@@ -73,12 +96,17 @@ def parse_last_event_id(request: HttpRequest) -> int:
 async def run_stream(request: HttpRequest, run_id: int) -> HttpResponseBase:
     if request.method != "GET":
         return _error(405, "method_not_allowed", "Use GET.")
-    user = await _authenticate(request)
-    if user is None:
-        return _error(401, "authentication_failed", "Invalid token.")
-    if not user.is_authenticated:
-        return _error(401, "not_authenticated", "Log in, or send Authorization: Token <key>.")
-    run = await db_call(_owned_run, run_id, user.pk)
+    try:
+        user = await _authenticate(request)
+        if user is None:
+            return _error(401, "authentication_failed", "Invalid token.")
+        if not user.is_authenticated:
+            return _error(401, "not_authenticated", "Log in, or send Authorization: Token <key>.")
+        run = await _read(_owned_run, run_id, user.pk)
+    except CONNECTION_ERRORS:
+        unavailable = _error(503, "database_unavailable", "The database is not answering; try again shortly.")
+        unavailable["Retry-After"] = "5"
+        return unavailable
     if run is None:
         return _error(404, "not_found", "Not found.")
     try:
