@@ -49,3 +49,26 @@ def test_disconnects_lose_nothing(tmp_path: Path) -> None:
     hang_ups = sum(o["client"]["planned_cuts"] for o in figures["outcomes"])
     assert hang_ups >= 5, report  # a cut drawn past the end of a short stream never happens
     assert "| disconnects | 10 | 10 | 0 | 0 | 0 | 0 | 0 |" in done.stdout
+
+
+def test_a_redis_restart_and_a_killed_worker_lose_nothing(tmp_path: Path) -> None:
+    """A real Redis restart mid-stream (its AOF kept), and ``kill -9`` of a worker while a second one runs: every
+    run ends ``done`` with the streamed text equal to the stored answer (``--quick`` counts, about a minute)."""
+    missing = _missing_servers()
+    if missing:
+        pytest.skip(missing)
+    out = tmp_path / "figures.json"
+    argv = [sys.executable, str(SUITE), "--fault", "redis_restart,worker_kill", "--quick", "--max-seconds", "280"]
+    argv += ["--json", str(out), "--log-dir", str(ROOT / "artifacts" / "fault-suite-test")]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=400)
+    report = done.stdout + done.stderr
+    assert done.returncode == 0, report
+    figures = {f["fault"]: f for f in json.loads(out.read_text())}
+    assert set(figures) == {"redis_restart", "worker_kill"}, report
+    for name, f in figures.items():
+        assert not f["skipped"] and f["runs"] > 0, (name, report)
+        assert f["exact"] == f["runs"], (name, report)
+        assert (f["lost"], f["duplicated"], f["duplicate_messages"], f["stuck"], f["five_xx"]) == (0, 0, 0, 0, 0), (
+            name,
+            report,
+        )
