@@ -857,6 +857,15 @@ def _wait_runs_ended(stack: Stack, follows: list[Follow], counters: Counters, *,
     wait_for(all_terminal, deadline=deadline, step=0.5)
 
 
+def close_fault(ctx: Context, stack: Stack, result: FaultResult, counters: Counters, follows: list[Follow]) -> None:
+    """The end of every fault, whatever happened: the 5xx count and the notes read from the clients and the
+    stack's logs, then the stack stopped."""
+    result.five_xx = len(counters.five_xx)
+    result.notes += client_notes(follows, counters)
+    result.notes += requeue_notes(ctx.supervisor, stack) + log_notes(ctx.supervisor, stack)
+    stack.stop()
+
+
 def fault_disconnects(ctx: Context, result: FaultResult) -> None:
     stack = ctx.new_stack("disconnects", workers=1, slots=8)
     counters = Counters()
@@ -893,10 +902,7 @@ def fault_disconnects(ctx: Context, result: FaultResult) -> None:
             f"{sum(f.drops for f in follows)} connections dropped by the server"
         )
     finally:
-        result.five_xx = len(counters.five_xx)
-        result.notes += client_notes(follows, counters)
-        result.notes += requeue_notes(ctx.supervisor, stack) + log_notes(ctx.supervisor, stack)
-        stack.stop()
+        close_fault(ctx, stack, result, counters, follows)
 
 
 def fault_web_kill(ctx: Context, result: FaultResult) -> None:
@@ -927,10 +933,7 @@ def fault_web_kill(ctx: Context, result: FaultResult) -> None:
         _wait_runs_ended(stack, follows, counters, deadline=ctx.budget.until(30))
         result.add(_account_all(stack, follows, counters, deadline=ctx.budget.until(60)))
     finally:
-        result.five_xx = len(counters.five_xx)
-        result.notes += client_notes(follows, counters)
-        result.notes += requeue_notes(ctx.supervisor, stack) + log_notes(ctx.supervisor, stack)
-        stack.stop()
+        close_fault(ctx, stack, result, counters, follows)
 
 
 def fault_worker_kill(ctx: Context, result: FaultResult) -> None:
@@ -969,10 +972,7 @@ def fault_worker_kill(ctx: Context, result: FaultResult) -> None:
         _wait_runs_ended(stack, follows, counters, deadline=ctx.budget.until(30))
         result.add(_account_all(stack, follows, counters, deadline=ctx.budget.until(60)))
     finally:
-        result.five_xx = len(counters.five_xx)
-        result.notes += client_notes(follows, counters)
-        result.notes += requeue_notes(ctx.supervisor, stack) + log_notes(ctx.supervisor, stack)
-        stack.stop()
+        close_fault(ctx, stack, result, counters, follows)
 
 
 def _restart_fault(ctx: Context, result: FaultResult, fault: str, restart: Callable[[], None]) -> None:
@@ -1027,10 +1027,7 @@ def _restart_fault(ctx: Context, result: FaultResult, fault: str, restart: Calla
         _wait_runs_ended(stack, follows, counters, deadline=ctx.budget.until(30))
         result.add(_account_all(stack, follows, counters, deadline=ctx.budget.until(60)))
     finally:
-        result.five_xx = len(counters.five_xx)
-        result.notes += client_notes(follows, counters)
-        result.notes += requeue_notes(ctx.supervisor, stack) + log_notes(ctx.supervisor, stack)
-        stack.stop()
+        close_fault(ctx, stack, result, counters, follows)
 
 
 def fault_redis_restart(ctx: Context, result: FaultResult) -> None:
