@@ -44,6 +44,15 @@ class FinishReason(models.TextChoices):
     ERROR = "error"
 
 
+class PromptMode(models.TextChoices):
+    """How the worker turns the run's chat into the engine's prompt."""
+
+    CHAT = "chat"
+    """The chat's messages through the model's chat template (every chat, ``/v1/chat/completions``)."""
+    RAW = "raw"
+    """The user message's text exactly as given (``/v1/completions``): no template, no history."""
+
+
 class Run(models.Model):
     chat = models.ForeignKey("chats.Chat", on_delete=models.CASCADE, related_name="runs")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="runs")
@@ -60,6 +69,19 @@ class Run(models.Model):
     max_tokens = models.PositiveIntegerField()
     temperature = models.FloatField(default=0.7)
     top_p = models.FloatField(default=1.0)
+    sampling = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The other sampling parameters asked for (core.sampling.SamplingSpec.to_json: only those that "
+        "differ from their defaults): stop, seed, penalties, logprobs, structured outputs, constraint...",
+    )
+    tools = models.JSONField(
+        default=list, blank=True, help_text="OpenAI tool definitions the prompt is rendered with (chat template)."
+    )
+    prompt_mode = models.CharField(max_length=8, choices=PromptMode.choices, default=PromptMode.CHAT)
+    end_user = models.CharField(
+        max_length=256, blank=True, default="", help_text="The caller's own user id (OpenAI's 'user' parameter)."
+    )
     input_tokens = models.PositiveIntegerField(default=0)
     output_tokens = models.PositiveIntegerField(default=0)
     reserved_tokens = models.PositiveIntegerField(default=0)

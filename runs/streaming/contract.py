@@ -4,6 +4,10 @@ One Redis Stream per run, key ``run:{id}:events``, written by exactly one worker
 integer ids ``0-1, 0-2, ...`` so the SSE ``id:`` is the plain sequence number (django-eventstream parses
 ids with ``int()``). Every entry has two fields: ``event`` (one of :class:`StreamEvent`) and ``data``
 (a JSON object). The stream ends with exactly one terminal event (``done`` or ``error``).
+
+A ``delta`` is ``{"text": str, "tokens": int}``, plus ``"logprobs"`` when the run asked for them
+(``SamplingSpec.logprobs``): one entry per generated token, in OpenAI's shape,
+``{"token": str, "logprob": float, "bytes": [int], "top_logprobs": [{"token", "logprob", "bytes"}]}``.
 """
 
 from __future__ import annotations
