@@ -9,7 +9,9 @@ from rest_framework import serializers
 
 from chats.models import Chat, Message
 from core.fields import StrictCharField, StrictFloatField, StrictIntegerField
+from core.sampling import INT64_MAX, INT64_MIN, MAX_STOP_SEQUENCES, SamplingError, SamplingSpec, check_sampling
 from core.serializers import StrictSerializer
+from core.structured_outputs import check_compiles, structured_from_request
 
 
 class ChatOutSerializer(serializers.ModelSerializer[Chat]):
@@ -37,14 +39,32 @@ class MessageOutSerializer(serializers.ModelSerializer[Message]):
 class MessageCreateSerializer(StrictSerializer):
     """A prompt. ``content`` is limited to ``CHAT_LIMITS.max_content_chars`` characters (read per request).
 
-    Sampling options this server does not implement (``stop``, ``ignore_eos``, ``response_format``...) are
-    unknown fields, so they are refused with a 400 instead of being dropped (``StrictSerializer``).
+    The sampling options are checked as vLLM checks them (``core.sampling``); the validated body carries them
+    as ``spec``. Options this endpoint does not take (``ignore_eos``, ``logprobs``...: the OpenAI-compatible
+    ``/v1`` takes them) are unknown fields, refused with a 400 instead of being dropped (``StrictSerializer``).
     """
 
     content = StrictCharField(allow_blank=False, trim_whitespace=False)
     max_tokens = StrictIntegerField(required=False, min_value=1, help_text="Capped by the user's tier.")
     temperature = StrictFloatField(required=False, min_value=0.0, max_value=2.0, default=0.7)
     top_p = StrictFloatField(required=False, min_value=0.01, max_value=1.0, default=1.0)
+    stop = serializers.ListField(
+        child=StrictCharField(allow_blank=False, trim_whitespace=False, max_length=200),
+        required=False,
+        max_length=MAX_STOP_SEQUENCES,
+        help_text="Stop sequences: the answer ends before the first one, which is not part of it.",
+    )
+    seed = StrictIntegerField(
+        required=False,
+        min_value=INT64_MIN,
+        max_value=INT64_MAX,
+        help_text="Sampling seed: the same seed, prompt and settings give the same answer.",
+    )
+    response_format = serializers.JSONField(
+        required=False,
+        help_text='As OpenAI\'s: {"type": "text"}, {"type": "json_object"} or {"type": "json_schema", '
+        '"json_schema": {"name", "schema", "strict"}}. The answer is constrained to it while it is generated.',
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -58,3 +78,22 @@ class MessageCreateSerializer(StrictSerializer):
         if not value.strip():
             raise serializers.ValidationError("must not be empty or only whitespace.")
         return value
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        try:
+            structured = structured_from_request(attrs.get("response_format"), None)
+            if structured is not None:
+                check_compiles(structured)
+            spec = SamplingSpec(
+                temperature=attrs["temperature"],
+                top_p=attrs["top_p"],
+                seed=attrs.get("seed"),
+                stop=tuple(attrs.get("stop") or ()),
+                structured_outputs=structured,
+            )
+            check_sampling(spec, max_tokens=attrs.get("max_tokens"))
+        except SamplingError as exc:
+            field = exc.param.split(".", 1)[0]
+            raise serializers.ValidationError({field if field in self.fields else "non_field_errors": [exc.message]})
+        attrs["spec"] = spec
+        return attrs

@@ -112,3 +112,8 @@ def apply_chat_template(messages: list[dict[str, str]]) -> str:
     """Renders ``[{role, content}, ...]`` into the prompt text, ending with the assistant's turn opener."""
     rendered: str = request_tokenizer().apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     return rendered
+
+
+def vocab_size() -> int:
+    """Token ids run from 0 to this minus one (what vLLM checks ``logit_bias`` and ``stop_token_ids`` against)."""
+    return len(request_tokenizer())

@@ -1,18 +1,18 @@
-"""``GET /v1/models`` and ``POST /v1/chat/completions``: what the official OpenAI clients call.
+"""``GET /v1/models``, ``POST /v1/chat/completions`` and ``POST /v1/completions``: what OpenAI clients call.
 
-Async views (served by uvicorn like the SSE endpoint): a completion waits for its run, so it must hold no
+Async views (served by uvicorn like the SSE endpoint): a completion waits for its runs, so it must hold no
 thread while it waits. Authentication is the user's API token as a bearer token (``OpenAI(api_key=<token>)``
 sends ``Authorization: Bearer <token>``; the token comes from ``POST /api/auth/token``). The database work
 runs on the SSE database threads (``core.db_executor.db_call``).
 
-A client that disconnects before the end cancels its run (an OpenAI call cannot be resumed).
+A client that disconnects before the end cancels its runs (an OpenAI call cannot be resumed).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from django.conf import settings
@@ -26,10 +26,19 @@ from chats.models import Message
 from core.db_executor import db_call, db_read, db_submit
 from core.errors import DomainError
 from core.text import echo
+from openai_api import formats
 from openai_api.errors import OpenAIRequestError, error_response, from_domain_error, from_request_error
-from openai_api.requests import ChatCompletionRequest, parse_chat_completion, read_body
-from openai_api.services import completion_abandon, completion_create
-from openai_api.streaming import collect, completion_body, sse_chunks
+from openai_api.params import StreamOptions
+from openai_api.requests import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    parse_chat_completion,
+    parse_completion,
+    read_body,
+)
+from openai_api.services import chat_completion_create, completion_abandon, text_completion_create
+from openai_api.streaming import DONE, KEEPALIVE, Completion, collect, follow_choices
+from openai_api.tools import ToolCallStream, ToolRequest, tool_calls_from_text
 from runs.models import Run
 
 logger = logging.getLogger(__name__)
@@ -67,66 +76,241 @@ async def models(request: HttpRequest) -> HttpResponse:
     return JsonResponse({"object": "list", "data": [_model_card()]})
 
 
-def _answer_text(run_id: int) -> str | None:
-    """The run's assistant message as stored in Postgres."""
-    return Message.objects.filter(answered_by=run_id).values_list("content", flat=True).first()
+def _unknown_model(model: str) -> JsonResponse | None:
+    served = settings.ENGINE.served_model_name
+    if model == served:
+        return None
+    return error_response(
+        f"The model '{echo(model)}' does not exist here; this server serves '{served}'.",
+        status=404,
+        code="model_not_found",
+        param="model",
+    )
 
 
-@csrf_exempt  # bearer tokens only: no cookie is read, so there is no cross-site request to forge
-async def chat_completions(request: HttpRequest) -> HttpResponseBase:
+def _answer_texts(run_ids: list[int]) -> dict[int, str]:
+    """The runs' assistant messages as stored in Postgres, by run id."""
+    rows = Message.objects.filter(answered_by__in=run_ids).values_list("answered_by", "content")
+    return {run_id: content for run_id, content in rows}
+
+
+async def _stored_texts(runs: Sequence[Run], completions: Sequence[Completion]) -> list[str]:
+    # The stream's text is the message; Postgres has it too, and is the record if the two ever differ.
+    stored = await db_read(_answer_texts, [run.pk for run in runs])
+    return [stored.get(run.pk, completion.text) for run, completion in zip(runs, completions)]
+
+
+def _failed(completions: Sequence[Completion]) -> JsonResponse | None:
+    error = formats.first_error(completions)
+    if error is None:
+        return None
+    status = 409 if error["code"] == "run_cancelled" else 502
+    return error_response(error["message"], status=status, code=error["code"])
+
+
+def _event_stream(body: AsyncIterator[bytes], runs: Sequence[Run]) -> StreamingHttpResponse:
+    async def cancel_when_left() -> AsyncIterator[bytes]:
+        finished = False
+        try:
+            async for part in body:
+                yield part
+            finished = True
+        finally:
+            if not finished:  # closed early: the client disconnected
+                db_submit(completion_abandon, run_ids=[run.pk for run in runs])
+
+    response = StreamingHttpResponse(cancel_when_left(), content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response
+
+
+async def _collected(runs: Sequence[Run]) -> list[Completion]:
+    try:
+        return await collect(runs)
+    except asyncio.CancelledError:  # the client went away (Django cancels the view on disconnect)
+        db_submit(completion_abandon, run_ids=[run.pk for run in runs])
+        raise
+
+
+async def _create(
+    request: HttpRequest, parse: Callable[[Any], Any], create: Callable[..., list[Run]]
+) -> tuple[Any, list[Run]] | HttpResponse:
     user = await _authorized(request, "POST")
     if isinstance(user, HttpResponse):
         return user
     try:
-        parsed = parse_chat_completion(read_body(request))
+        parsed = parse(read_body(request))
     except OpenAIRequestError as exc:
         return from_request_error(exc)
-    served = settings.ENGINE.served_model_name
-    if parsed.model != served:
-        return error_response(
-            f"The model '{echo(parsed.model)}' does not exist here; this server serves '{served}'.",
-            status=404,
-            code="model_not_found",
-            param="model",
-        )
+    refused = _unknown_model(parsed.model)
+    if refused is not None:
+        return refused
     try:
-        run = await db_call(_create, user, parsed)
+        runs = await db_call(lambda: create(user=user, request=parsed))
     except DomainError as exc:
         return from_domain_error(exc)
+    return parsed, runs
+
+
+# Chat -------------------------------------------------------------------------------------------------------------
+
+
+def _chat_finish(tools: ToolRequest, completion: Completion) -> str | None:
+    if completion.finish_reason == "stop" and tools.mode == "required":
+        return "tool_calls"  # as vLLM's server answers a forced call; a named one ends "stop"
+    return completion.finish_reason
+
+
+def _chat_message(tools: ToolRequest, text: str) -> dict[str, Any]:
+    if tools.forces_call:
+        return {"role": "assistant", "content": None, "tool_calls": tool_calls_from_text(tools, text)}
+    return {"role": "assistant", "content": text, "refusal": None}
+
+
+@csrf_exempt  # bearer tokens only: no cookie is read, so there is no cross-site request to forge
+async def chat_completions(request: HttpRequest) -> HttpResponseBase:
+    created = await _create(request, parse_chat_completion, chat_completion_create)
+    if isinstance(created, HttpResponse):
+        return created
+    parsed, runs = created
+    model = settings.ENGINE.served_model_name
     if parsed.stream:
-        response = StreamingHttpResponse(
-            _stream_or_cancel(run, model=served, include_usage=parsed.include_usage),
-            content_type="text/event-stream",
+        return _event_stream(_chat_chunks(runs, parsed, model=model), runs)
+    completions = await _collected(runs)
+    failed = _failed(completions)
+    if failed is not None:
+        return failed
+    texts = await _stored_texts(runs, completions)
+    return JsonResponse(
+        formats.chat_body(
+            runs,
+            model,
+            messages=[_chat_message(parsed.tools, text) for text in texts],
+            completions=completions,
+            finish_reasons=[_chat_finish(parsed.tools, c) for c in completions],
+            logprobs=parsed.sampling.spec.logprobs is not None,
         )
-        response["Cache-Control"] = "no-cache"
-        response["X-Accel-Buffering"] = "no"
-        return response
-    try:
-        completion = await collect(run)
-    except asyncio.CancelledError:  # the client went away (Django cancels the view on disconnect)
-        db_submit(completion_abandon, run_id=run.pk)
-        raise
-    if completion.error is not None:
-        status = 409 if completion.error["code"] == "run_cancelled" else 502
-        return error_response(completion.error["message"], status=status, code=completion.error["code"])
-    # The stream's text is the message; Postgres has it too, and is the record if the two ever differ.
-    content = await db_read(_answer_text, run.pk)
-    body_out = completion_body(
-        run, model=served, content=completion.text if content is None else content, completion=completion
     )
-    return JsonResponse(body_out)
 
 
-def _create(user: User, parsed: ChatCompletionRequest) -> Run:
-    return completion_create(user=user, request=parsed)
+async def _chat_chunks(runs: list[Run], parsed: ChatCompletionRequest, *, model: str) -> AsyncIterator[bytes]:
+    """The body of a streamed chat answer: each choice's first chunk carries its role and first token."""
+    options: StreamOptions = parsed.sampling.stream
+    wants_logprobs = parsed.sampling.spec.logprobs is not None
+    tools = parsed.tools
+    completions = [Completion() for _ in runs]
+    started = [False] * len(runs)
+    calls = [ToolCallStream(tools) for _ in runs] if tools.forces_call else None
+
+    def chunk(index: int, delta: dict[str, Any], *, logprobs: Any = None, finish: str | None = None) -> bytes:
+        if not started[index]:
+            delta = {"role": "assistant", **delta}
+            started[index] = True
+        payload = formats.chat_chunk(runs, model, index=index, delta=delta, logprobs=logprobs, finish=finish)
+        if options.continuous_usage_stats:
+            payload["usage"] = formats.running_usage(completions)
+        return formats.frame(payload)
+
+    async for event in follow_choices(runs, completions):
+        index = event.index
+        if index < 0:
+            yield KEEPALIVE
+            continue
+        completion = completions[index]
+        if event.ended:
+            if completion.error is not None:
+                yield formats.error_frame(completion.error)
+                return
+            if calls is not None:
+                rest = calls[index].finish()
+                if rest:
+                    yield chunk(index, {"tool_calls": rest})
+            if not started[index]:
+                yield chunk(index, {"content": ""})
+            yield chunk(index, {}, finish=_chat_finish(tools, completion))
+            continue
+        piece = event.piece
+        if piece is None:
+            continue
+        logprobs = formats.chat_logprobs(piece.logprobs) if wants_logprobs else None
+        if calls is not None:
+            deltas = calls[index].feed(piece.text)
+            if deltas or logprobs is not None:
+                yield chunk(index, {"tool_calls": deltas} if deltas else {}, logprobs=logprobs)
+        else:
+            yield chunk(index, {"content": piece.text}, logprobs=logprobs)
+    if options.include_usage:
+        yield formats.frame(formats.chat_usage_chunk(runs, model, formats.usage(completions)))
+    yield DONE
 
 
-async def _stream_or_cancel(run: Run, *, model: str, include_usage: bool) -> AsyncIterator[bytes]:
-    finished = False
-    try:
-        async for part in sse_chunks(run, model=model, include_usage=include_usage):
-            yield part
-        finished = True
-    finally:
-        if not finished:  # closed early: the client disconnected
-            db_submit(completion_abandon, run_id=run.pk)
+# Text completions -------------------------------------------------------------------------------------------------
+
+
+@csrf_exempt  # bearer tokens only
+async def completions(request: HttpRequest) -> HttpResponseBase:
+    created = await _create(request, parse_completion, text_completion_create)
+    if isinstance(created, HttpResponse):
+        return created
+    parsed, runs = created
+    model = settings.ENGINE.served_model_name
+    if parsed.stream:
+        return _event_stream(_text_chunks(runs, parsed, model=model), runs)
+    completions_ = await _collected(runs)
+    failed = _failed(completions_)
+    if failed is not None:
+        return failed
+    texts = await _stored_texts(runs, completions_)
+    return JsonResponse(
+        formats.text_body(
+            runs,
+            model,
+            texts=texts,
+            completions=completions_,
+            logprobs=parsed.sampling.spec.logprobs is not None,
+            prompts=len(parsed.prompts),
+        )
+    )
+
+
+async def _text_chunks(runs: list[Run], parsed: CompletionRequest, *, model: str) -> AsyncIterator[bytes]:
+    options = parsed.sampling.stream
+    wants_logprobs = parsed.sampling.spec.logprobs is not None
+    prompts = len(parsed.prompts)
+    completions_ = [Completion() for _ in runs]
+    offsets = [0] * len(runs)
+
+    def frame(payload: dict[str, Any]) -> bytes:
+        if options.continuous_usage_stats:
+            payload["usage"] = formats.running_usage(completions_, prompts=prompts)
+        return formats.frame(payload)
+
+    async for event in follow_choices(runs, completions_):
+        index = event.index
+        if index < 0:
+            yield KEEPALIVE
+            continue
+        completion = completions_[index]
+        if event.ended:
+            if completion.error is not None:
+                yield formats.error_frame(completion.error)
+                return
+            yield frame(
+                formats.text_chunk(
+                    runs, model, index=index, piece=None, offset=0, logprobs=False, finish=completion.finish_reason
+                )
+            )
+            continue
+        piece = event.piece
+        if piece is None:
+            continue
+        yield frame(
+            formats.text_chunk(
+                runs, model, index=index, piece=piece, offset=offsets[index], logprobs=wants_logprobs, finish=None
+            )
+        )
+        offsets[index] += len(piece.text)
+    if options.include_usage:
+        yield formats.frame(formats.text_usage_chunk(runs, model, formats.usage(completions_, prompts=prompts)))
+    yield DONE

@@ -1,11 +1,10 @@
-"""``POST /v1/chat/completions`` bodies: parsed and checked, with a message naming the parameter to fix.
+"""``/v1/chat/completions`` and ``/v1/completions`` bodies: parsed and checked as vLLM's server checks them, with
+a message naming the parameter to fix.
 
-Accepted as OpenAI documents them: ``model``, ``messages`` (roles ``system``/``developer``, ``user``,
-``assistant``; content as a string or a list of ``{"type": "text", "text"}`` parts), ``stream``,
-``stream_options.include_usage``, ``max_tokens`` / ``max_completion_tokens``, ``temperature``, ``top_p``,
-``n`` (1 only). Parameters that would change the answer and that this server does not implement (tools,
-``stop``, ``logprobs``, a JSON ``response_format``, penalties, ``logit_bias``) are refused with a 400 instead
-of being ignored; those that change nothing here (``user``, ``seed``, ``metadata``, ``store``...) are ignored.
+Accepted: what OpenAI documents for these endpoints and vLLM's server honours, plus vLLM's sampling extensions
+(``openai_api.params``), vLLM's ``structured_outputs`` (``core.structured_outputs``) and this server's
+``constraint`` (a registered batch-level logits processor, ``core.constraints``). Any other parameter is a 400
+that names it: nothing is accepted and then ignored.
 
 The body itself is read within the bounds of ``core.json_body`` (size 413, nesting depth 400), and every text
 that would be stored is checked for what Postgres cannot hold (a NUL, a lone surrogate: ``core.text``), with
@@ -14,20 +13,46 @@ the parameter named (``messages[1].content``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest
 
+from core.constraints import check_constraint
 from core.json_body import JsonBodyError, parse_json, too_large
+from core.sampling import SamplingError
+from core.structured_outputs import check_compiles, structured_from_request
 from core.text import text_problem
+from deployments.tokenizer import vocab_size
 from openai_api.errors import OpenAIRequestError
-from runs.services import SamplingRequest
+from openai_api.params import (
+    SAMPLING_PARAMS,
+    SamplingParams,
+    chat_logprobs,
+    completion_logprobs,
+    parse_sampling,
+    refuse_unknown,
+)
+from openai_api.tools import ToolRequest, history_turn, parse_tools
 
 SYSTEM_ROLES = ("system", "developer")
-TURN_ROLES = ("user", "assistant")
+MAX_PROMPTS = 8
+"""``/v1/completions``: the most prompts in one call (each is a run per choice)."""
+
+CHAT_PARAMS = SAMPLING_PARAMS | {
+    "model",
+    "messages",
+    "max_completion_tokens",
+    "logprobs",
+    "top_logprobs",
+    "response_format",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+}
+COMPLETION_PARAMS = SAMPLING_PARAMS | {"model", "prompt", "logprobs"}
 
 
 @dataclass(frozen=True)
@@ -36,12 +61,26 @@ class ChatCompletionRequest:
     system_prompt: str | None
     """The request's system/developer messages joined; None when it has none (the server's default applies)."""
     history: list[tuple[str, str]]
-    """``(role, content)`` of the user/assistant turns before the last message."""
+    """``(role, content)`` of the turns before the last message, as stored."""
     prompt: str
-    """The last message: the user's."""
-    stream: bool
-    include_usage: bool
-    sampling: SamplingRequest
+    """The last message: the user's (or a tool result's, rendered)."""
+    sampling: SamplingParams
+    tools: ToolRequest = field(default_factory=ToolRequest)
+
+    @property
+    def stream(self) -> bool:
+        return self.sampling.stream.stream
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    model: str
+    prompts: list[str]
+    sampling: SamplingParams
+
+    @property
+    def stream(self) -> bool:
+        return self.sampling.stream.stream
 
 
 def read_body(request: HttpRequest) -> Any:
@@ -57,27 +96,19 @@ def read_body(request: HttpRequest) -> Any:
         raise OpenAIRequestError(exc.message, code=exc.code, status=exc.status_code) from None
 
 
-def _checked(text: str, param: str) -> str:
+def checked_text(text: str, param: str) -> str:
     problem = text_problem(text)
     if problem is not None:
         raise OpenAIRequestError(f"'{param}' {problem}", param=param, code="invalid_text")
+    limit = settings.CHAT_LIMITS.max_content_chars
+    if len(text) > limit:
+        raise OpenAIRequestError(f"'{param}' is {len(text)} characters long; the limit is {limit}.", param=param)
     return text
 
 
-def _number(body: dict[str, Any], name: str, *, low: float, high: float) -> float | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise OpenAIRequestError(f"'{name}' must be a number.", param=name)
-    if not low <= value <= high:
-        raise OpenAIRequestError(f"'{name}' must be between {low:g} and {high:g}; got {value}.", param=name)
-    return float(value)
-
-
-def _text(content: Any, param: str) -> str:
+def message_text(content: Any, param: str) -> str:
     if isinstance(content, str):
-        return _checked(content, param)
+        return checked_text(content, param)
     if isinstance(content, list):
         parts: list[str] = []
         for index, part in enumerate(content):
@@ -87,102 +118,139 @@ def _text(content: Any, param: str) -> str:
                     "text only.",
                     param=f"{param}[{index}]",
                 )
-            parts.append(_checked(part["text"], f"{param}[{index}].text"))
-        return "".join(parts)
+            parts.append(part["text"])
+        return checked_text("".join(parts), param)
     raise OpenAIRequestError(f"'{param}' must be a string or a list of text parts.", param=param)
 
 
-def _refuse_unsupported(body: dict[str, Any]) -> None:
-    def present(name: str) -> bool:
-        value = body.get(name)
-        return value not in (None, [], {}, "", False, 0)
+def _model(body: dict[str, Any]) -> str:
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise OpenAIRequestError("'model' is required: the served model's name (see GET /v1/models).", param="model")
+    return model
 
-    for name in ("tools", "functions", "logit_bias", "top_logprobs", "audio", "prediction"):
-        if present(name):
-            raise OpenAIRequestError(f"'{name}' is not supported by this server.", param=name)
-    if body.get("tool_choice") not in (None, "none"):
-        raise OpenAIRequestError("'tool_choice' is not supported by this server (no tools).", param="tool_choice")
-    if body.get("function_call") not in (None, "none"):
-        raise OpenAIRequestError("'function_call' is not supported by this server.", param="function_call")
-    if body.get("logprobs"):
-        raise OpenAIRequestError("'logprobs' is not supported by this server.", param="logprobs")
-    if present("stop"):
-        raise OpenAIRequestError("'stop' sequences are not supported by this server.", param="stop")
-    for name in ("presence_penalty", "frequency_penalty"):
-        if present(name):
-            raise OpenAIRequestError(f"'{name}' is not supported by this server; leave it at 0.", param=name)
-    response_format = body.get("response_format")
-    if response_format is not None and (not isinstance(response_format, dict) or response_format.get("type") != "text"):
-        raise OpenAIRequestError("Only the 'text' response_format is supported.", param="response_format")
-    n = body.get("n")
-    if n is not None and (isinstance(n, bool) or n != 1):
-        raise OpenAIRequestError("'n' must be 1: one choice per request.", param="n")
+
+def _check_vocab(params: SamplingParams) -> None:
+    """Token ids the model does not have are refused (vLLM: out-of-vocabulary ids in ``logit_bias``)."""
+    size = vocab_size()
+    for name, ids in (("logit_bias", params.spec.logit_bias), ("stop_token_ids", params.spec.stop_token_ids)):
+        bad = sorted(t for t in ids if t >= size)
+        if bad:
+            raise OpenAIRequestError(
+                f"'{name}' holds token ids outside the model's vocabulary (0..{size - 1}): {bad[:5]}.", param=name
+            )
+
+
+def _structured(body: dict[str, Any], *, response_format: Any) -> dict[str, Any] | None:
+    try:
+        structured = structured_from_request(response_format, body.get("structured_outputs"))
+        if structured is not None:
+            check_compiles(structured)
+    except SamplingError as exc:
+        raise OpenAIRequestError(exc.message, param=exc.param, code="invalid_structured_output") from None
+    return structured
+
+
+def _constraint(body: dict[str, Any]) -> dict[str, Any] | None:
+    value = body.get("constraint")
+    if value is None:
+        return None
+    try:
+        return check_constraint(value)
+    except SamplingError as exc:
+        raise OpenAIRequestError(exc.message, param=exc.param) from None
+
+
+def _sampling(
+    body: dict[str, Any], *, logprobs: int | None, logprobs_param: str, structured: dict[str, Any] | None
+) -> SamplingParams:
+    constraint = _constraint(body)
+    if constraint is not None and structured is not None:
+        raise OpenAIRequestError(
+            "'constraint' cannot be combined with structured outputs (response_format, structured_outputs, "
+            "tool_choice): each restricts the answer on its own.",
+            param="constraint",
+        )
+    params = parse_sampling(
+        body, logprobs=logprobs, logprobs_param=logprobs_param, structured_outputs=structured, constraint=constraint
+    )
+    _check_vocab(params)
+    return params
 
 
 def parse_chat_completion(body: Any) -> ChatCompletionRequest:
     if not isinstance(body, dict):
         raise OpenAIRequestError("The body must be a JSON object.")
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise OpenAIRequestError("'model' is required: the served model's name (see GET /v1/models).", param="model")
-    _refuse_unsupported(body)
+    refuse_unknown(body, CHAT_PARAMS)
+    model = _model(body)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise OpenAIRequestError("'messages' must be a non-empty list of {role, content}.", param="messages")
+    tools = parse_tools(body)
     system: list[str] = []
     turns: list[tuple[str, str]] = []
-    limit = settings.CHAT_LIMITS.max_content_chars
     for index, message in enumerate(messages):
         param = f"messages[{index}]"
         if not isinstance(message, dict):
             raise OpenAIRequestError(f"'{param}' must be an object with 'role' and 'content'.", param=param)
         role = message.get("role")
-        content = _text(message.get("content"), f"{param}.content")
-        if len(content) > limit:
-            raise OpenAIRequestError(
-                f"'{param}.content' is {len(content)} characters long; the limit is {limit}.", param=f"{param}.content"
-            )
         if role in SYSTEM_ROLES:
             if turns:
                 raise OpenAIRequestError(
                     f"'{param}': system/developer messages must come before the conversation.", param=param
                 )
-            system.append(content)
-        elif role in TURN_ROLES:
-            turns.append((str(role), content))
-        else:
-            raise OpenAIRequestError(
-                f"'{param}.role' must be one of system, developer, user, assistant; got {role!r}.",
-                param=f"{param}.role",
-            )
-    if not turns or turns[-1][0] != "user":
-        raise OpenAIRequestError("The last message must be the user's.", param=f"messages[{len(messages) - 1}]")
+            system.append(message_text(message.get("content"), f"{param}.content"))
+            continue
+        turn_role, content = history_turn(message, param=param, text=message_text)
+        turns.append((turn_role, checked_text(content, f"{param}.content")))
+    last = f"messages[{len(messages) - 1}]"
+    if not turns or turns[-1][0] == "assistant":
+        raise OpenAIRequestError("The last message must be the user's (or a tool result).", param=last)
     if not turns[-1][1].strip():
+        raise OpenAIRequestError("The last message must not be empty.", param=f"{last}.content")
+    if tools.structured is not None and (body.get("response_format") or body.get("structured_outputs")):
         raise OpenAIRequestError(
-            "The last user message must not be empty.", param=f"messages[{len(messages) - 1}].content"
+            "'tool_choice' forces a tool call; it cannot be combined with response_format or structured_outputs.",
+            param="tool_choice",
         )
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    max_tokens_param = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
-    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
-        raise OpenAIRequestError(f"'{max_tokens_param}' must be a positive integer.", param=max_tokens_param)
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool) and stream is not None:
-        raise OpenAIRequestError("'stream' must be true or false.", param="stream")
-    stream_options = body.get("stream_options") or {}
-    if not isinstance(stream_options, dict):
-        raise OpenAIRequestError("'stream_options' must be an object.", param="stream_options")
-    temperature = _number(body, "temperature", low=0.0, high=2.0)
-    top_p = _number(body, "top_p", low=0.01, high=1.0)
+    structured = tools.structured or _structured(body, response_format=body.get("response_format"))
+    sampling = _sampling(body, logprobs=chat_logprobs(body), logprobs_param="top_logprobs", structured=structured)
     return ChatCompletionRequest(
         model=model,
         system_prompt="\n\n".join(system) if system else None,
         history=turns[:-1],
         prompt=turns[-1][1],
-        stream=bool(stream),
-        include_usage=bool(stream_options.get("include_usage")),
-        sampling=SamplingRequest(
-            max_tokens=max_tokens,
-            temperature=1.0 if temperature is None else temperature,
-            top_p=1.0 if top_p is None else top_p,
-        ),
+        sampling=sampling,
+        tools=tools,
     )
+
+
+def parse_completion(body: Any) -> CompletionRequest:
+    if not isinstance(body, dict):
+        raise OpenAIRequestError("The body must be a JSON object.")
+    refuse_unknown(body, COMPLETION_PARAMS)
+    model = _model(body)
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        prompts = [prompt]
+    elif isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
+        prompts = list(prompt)
+    elif isinstance(prompt, list) and prompt and all(isinstance(p, int) and not isinstance(p, bool) for p in prompt):
+        raise OpenAIRequestError("'prompt' as token ids is not supported; send the text.", param="prompt")
+    else:
+        raise OpenAIRequestError("'prompt' must be a string or a non-empty list of strings.", param="prompt")
+    if len(prompts) > MAX_PROMPTS:
+        raise OpenAIRequestError(f"'prompt' takes at most {MAX_PROMPTS} strings; got {len(prompts)}.", param="prompt")
+    for index, text in enumerate(prompts):
+        param = "prompt" if isinstance(prompt, str) else f"prompt[{index}]"
+        checked_text(text, param)
+        if not text.strip():
+            raise OpenAIRequestError(f"'{param}' must not be empty.", param=param)
+    structured = _structured(body, response_format=None)
+    sampling = _sampling(body, logprobs=completion_logprobs(body), logprobs_param="logprobs", structured=structured)
+    if len(prompts) * sampling.n > MAX_PROMPTS:
+        raise OpenAIRequestError(
+            f"{len(prompts)} prompts × n={sampling.n} is {len(prompts) * sampling.n} choices; at most {MAX_PROMPTS}.",
+            param="n",
+        )
+    return CompletionRequest(model=model, prompts=prompts, sampling=sampling)

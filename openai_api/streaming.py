@@ -1,18 +1,21 @@
-"""A run's stream as OpenAI ``chat.completion.chunk`` events, or collected into one ``chat.completion``.
+"""A call's runs read back as OpenAI answers: streamed chunks, or collected into one response body.
 
-Both read the run's Redis Stream through the process's relay (``runs.streaming.follow.iter_run_items``), like
-``GET /api/runs/{id}/stream``. Two things differ from our own SSE protocol:
+Each choice of a call is a run of its own (``n`` > 1, or a list of prompts). Every run's stream is read through
+the process's relay (``runs.streaming.follow.iter_run_items``), like ``GET /api/runs/{id}/stream``; the
+formats (chat or text completion) are in ``openai_api.formats``. What differs from our own SSE protocol:
 
-- No resumption: an OpenAI stream cannot be resumed, so a client that goes away cancels its run.
+- No resumption: an OpenAI stream cannot be resumed, so a client that goes away cancels its runs.
 - No ``reset``: OpenAI's stream cannot take text back. When a worker died and generation restarted, the text
   already sent is skipped as long as the new generation repeats it (greedy decoding does); if it diverges,
   the stream ends with an error event rather than with a wrong answer.
+- The first chunk of a choice goes out with its first token (as vLLM and OpenAI send it), so a client's time
+  to first token is the real one; keep-alive comments fill the wait before it.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,42 +28,65 @@ DONE = b"data: [DONE]\n\n"
 
 
 @dataclass
+class Piece:
+    """New output of one choice: its text and, when asked for, one log-probability entry per token."""
+
+    text: str
+    tokens: int = 0
+    logprobs: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
 class Completion:
-    """What the run produced, as the stream said it."""
+    """What one run produced, as its stream said it."""
 
     text: str = ""
+    logprobs: list[dict[str, Any]] = field(default_factory=list)
+    tokens: int = 0
     finish_reason: str | None = None
-    usage: dict[str, int] = field(default_factory=dict)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
     error: dict[str, str] | None = None
     """``{code, message}`` when the run did not end ``done``."""
 
 
 @dataclass
 class _Follower:
-    """Turns stream entries into new text, skipping what a restarted generation repeats."""
+    """Turns stream entries into new output, skipping what a restarted generation repeats."""
 
     sent: str = ""
     regenerated: str | None = None
     """Text of the current attempt after a ``reset``, until it has caught up with ``sent``."""
+    regenerated_logprobs: list[dict[str, Any]] = field(default_factory=list)
 
     def reset(self) -> None:
         self.regenerated = ""
+        self.regenerated_logprobs = []
 
-    def add(self, text: str) -> str:
-        """The part of ``text`` that is new to the client; raises ``ValueError`` when the restart diverged."""
+    def add(self, text: str, logprobs: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+        """The part of the output that is new to the client; ``ValueError`` when the restart diverged."""
         if self.regenerated is None:
             self.sent += text
-            return text
+            return text, logprobs
         self.regenerated += text
+        self.regenerated_logprobs += logprobs
         if len(self.regenerated) <= len(self.sent):
             if not self.sent.startswith(self.regenerated):
                 raise ValueError("diverged")
-            return ""
+            return "", []
         if not self.regenerated.startswith(self.sent):
             raise ValueError("diverged")
         new = self.regenerated[len(self.sent) :]
-        self.sent, self.regenerated = self.regenerated, None
-        return new
+        # The tokens whose text lies past what was sent (a token's text is its share of the answer).
+        covered, skip = 0, 0
+        for entry in self.regenerated_logprobs:
+            if covered >= len(self.sent):
+                break
+            covered += len(str(entry.get("token", "")))
+            skip += 1
+        new_logprobs = self.regenerated_logprobs[skip:]
+        self.sent, self.regenerated, self.regenerated_logprobs = self.regenerated, None, []
+        return new, new_logprobs
 
 
 def _end(data: dict[str, Any], completion: Completion) -> None:
@@ -69,11 +95,8 @@ def _end(data: dict[str, Any], completion: Completion) -> None:
         # OpenAI's finish reasons: "length" when max_tokens cut the answer, else "stop".
         completion.finish_reason = "length" if data.get("finish_reason") == FinishReason.LENGTH else "stop"
         usage = data.get("usage") or {}
-        completion.usage = {
-            "prompt_tokens": int(usage.get("input_tokens", 0)),
-            "completion_tokens": int(usage.get("output_tokens", 0)),
-            "total_tokens": int(usage.get("total_tokens", 0)),
-        }
+        completion.prompt_tokens = int(usage.get("input_tokens", 0))
+        completion.completion_tokens = int(usage.get("output_tokens", 0))
     elif status == RunStatus.CANCELLED:
         completion.error = {"code": "run_cancelled", "message": "The run was cancelled before it finished."}
     else:
@@ -83,8 +106,8 @@ def _end(data: dict[str, Any], completion: Completion) -> None:
         }
 
 
-async def follow_run(run: Run, completion: Completion) -> AsyncIterator[str | None]:
-    """Yields each piece of new text, and None for a silence (keep-alive); fills ``completion`` at the end."""
+async def follow_run(run: Run, completion: Completion) -> AsyncIterator[Piece | None]:
+    """Yields each piece of new output, and None for a silence (keep-alive); fills ``completion`` at the end."""
     opened = await open_run_stream(run=run, after_seq=0)
     follower = _Follower()
     # An OpenAI stream cannot be resumed elsewhere: it keeps going while this process shuts down.
@@ -99,7 +122,7 @@ async def follow_run(run: Run, completion: Completion) -> AsyncIterator[str | No
                 follower.reset()
             elif entry.event == StreamEvent.DELTA:
                 try:
-                    new = follower.add(entry.data.get("text", ""))
+                    text, logprobs = follower.add(entry.data.get("text", ""), list(entry.data.get("logprobs", [])))
                 except ValueError:
                     completion.error = {
                         "code": "generation_restarted",
@@ -107,70 +130,62 @@ async def follow_run(run: Run, completion: Completion) -> AsyncIterator[str | No
                         "already sent; send the request again.",
                     }
                     return
-                if new:
-                    completion.text += new
-                    yield new
+                if text or logprobs:
+                    tokens = len(logprobs) if logprobs else int(entry.data.get("tokens", 0))
+                    completion.text += text
+                    completion.logprobs += logprobs
+                    completion.tokens += tokens
+                    yield Piece(text=text, tokens=tokens, logprobs=logprobs)
             elif entry.event in (StreamEvent.DONE, StreamEvent.ERROR):
                 _end(entry.data, completion)
                 return
 
 
-def _frame(payload: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+@dataclass(frozen=True)
+class ChoiceEvent:
+    """One step of a call's merged streams: choice ``index`` has a new piece, or has ended (``piece`` None and
+    ``ended``), or nothing came for a while (``index`` -1, a keep-alive)."""
+
+    index: int
+    piece: Piece | None = None
+    ended: bool = False
 
 
-def chunk(run: Run, model: str, delta: dict[str, str], finish_reason: str | None = None) -> dict[str, Any]:
-    return {
-        "id": completion_id(run),
-        "object": "chat.completion.chunk",
-        "created": int(run.created_at.timestamp()),
-        "model": model,
-        "system_fingerprint": None,
-        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
-    }
-
-
-def completion_id(run: Run) -> str:
-    return f"chatcmpl-{run.pk}"
-
-
-async def sse_chunks(run: Run, *, model: str, include_usage: bool) -> AsyncIterator[bytes]:
-    """The body of a streamed ``/v1/chat/completions`` answer (``text/event-stream``)."""
-    completion = Completion()
-    yield _frame(chunk(run, model, {"role": "assistant", "content": ""}))
-    async for piece in follow_run(run, completion):
-        yield KEEPALIVE if piece is None else _frame(chunk(run, model, {"content": piece}))
-    if completion.error is not None:
-        yield _frame({"error": {"message": completion.error["message"], "type": "server_error", **completion.error}})
+async def follow_choices(runs: Sequence[Run], completions: Sequence[Completion]) -> AsyncIterator[ChoiceEvent]:
+    """Every choice's stream, merged in arrival order; each choice ends with an ``ended`` event."""
+    if len(runs) == 1:  # the common case, without a task
+        async for piece in follow_run(runs[0], completions[0]):
+            yield ChoiceEvent(index=-1) if piece is None else ChoiceEvent(index=0, piece=piece)
+        yield ChoiceEvent(index=0, ended=True)
         return
-    yield _frame(chunk(run, model, {}, completion.finish_reason))
-    if include_usage:
-        yield _frame({**chunk(run, model, {}), "choices": [], "usage": completion.usage})
-    yield DONE
+    queue: asyncio.Queue[ChoiceEvent | BaseException] = asyncio.Queue()
+
+    async def pump(index: int) -> None:
+        try:
+            async for piece in follow_run(runs[index], completions[index]):
+                await queue.put(ChoiceEvent(index=-1) if piece is None else ChoiceEvent(index=index, piece=piece))
+            await queue.put(ChoiceEvent(index=index, ended=True))
+        except Exception as exc:  # handed to the consumer, which raises it
+            await queue.put(exc)
+
+    tasks = [asyncio.ensure_future(pump(index)) for index in range(len(runs))]
+    try:
+        remaining = len(runs)
+        while remaining:
+            event = await queue.get()
+            if isinstance(event, BaseException):
+                raise event
+            if event.ended:
+                remaining -= 1
+            yield event
+    finally:
+        for task in tasks:
+            task.cancel()
 
 
-async def collect(run: Run) -> Completion:
-    """Waits for the run's end; the whole answer, as the stream carried it."""
-    completion = Completion()
-    async for _ in follow_run(run, completion):
+async def collect(runs: Sequence[Run]) -> list[Completion]:
+    """Waits for every run's end; each answer as its stream carried it."""
+    completions = [Completion() for _ in runs]
+    async for _ in follow_choices(runs, completions):
         pass
-    return completion
-
-
-def completion_body(run: Run, *, model: str, content: str, completion: Completion) -> dict[str, Any]:
-    return {
-        "id": completion_id(run),
-        "object": "chat.completion",
-        "created": int(run.created_at.timestamp()),
-        "model": model,
-        "system_fingerprint": None,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": content, "refusal": None},
-                "logprobs": None,
-                "finish_reason": completion.finish_reason,
-            }
-        ],
-        "usage": completion.usage,
-    }
+    return completions

@@ -135,9 +135,7 @@ class ChatMessagesApi(APIView):
             chat=chat,
             user=user,
             content=data["content"],
-            sampling=services.SamplingRequest(
-                max_tokens=data.get("max_tokens"), temperature=data["temperature"], top_p=data["top_p"]
-            ),
+            sampling=services.SamplingRequest(max_tokens=data.get("max_tokens"), spec=data["spec"]),
         )
         shown = run_data(run)
         return Response(

@@ -9,7 +9,7 @@ describes it), so a client following the stream learns of the end however it cam
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import redis
 from django.conf import settings
@@ -23,9 +23,10 @@ from chats.models import Chat, Message, MessageRole
 from chats.summary_schedule import chat_summary_schedule_after_turn
 from core.errors import ConflictError, DomainError
 from core.generation import EngineFinishReason, GenerationResult
+from core.sampling import SamplingError, SamplingSpec, check_sampling
 from core.worker_contract import cancel_key, signal_cancel
 from runs.events import RunEvent, log_run_end, log_run_event, seconds_between
-from runs.models import ACTIVE_STATUSES, FinishReason, Run, RunStatus
+from runs.models import ACTIVE_STATUSES, FinishReason, PromptMode, Run, RunStatus
 from runs.queueing import run_enqueue
 from runs.quota import admission_reserve, run_account_end
 from runs.streaming.contract import RunStreamWriter, run_terminal_event
@@ -41,9 +42,11 @@ _ENGINE_FINISH = {
 
 @dataclass(frozen=True)
 class SamplingRequest:
+    """What a prompt asks of the engine: ``max_tokens`` (None: the default, capped by the tier) and the rest of
+    vLLM's sampling parameters (``core.sampling``), stored on the run as asked."""
+
     max_tokens: int | None = None
-    temperature: float = 0.7
-    top_p: float = 1.0
+    spec: SamplingSpec = field(default_factory=SamplingSpec)
 
 
 def _resolve_max_tokens(*, limits: EffectiveLimits, requested: int | None) -> int:
@@ -62,16 +65,24 @@ def run_create(
     content: str,
     sampling: SamplingRequest | None = None,
     system_prompt: str | None = None,
+    prompt_mode: PromptMode = PromptMode.CHAT,
+    tools: list[dict[str, object]] | None = None,
+    end_user: str = "",
 ) -> Run:
     """Stores the user's message and a queued run in one transaction; hands the run on after commit.
 
     Holds a ``SELECT ... FOR UPDATE`` lock on the chat so two concurrent posts to one chat serialize;
     the partial unique index ``one_active_run_per_chat`` is the last line of defence. ``system_prompt`` is
     the chat's own system message, if it has one (the fit check then counts it instead of the default).
+    ``prompt_mode``, ``tools`` and ``end_user`` are stored on the run as given (the OpenAI-compatible API's).
     """
     sampling = sampling or SamplingRequest()
     limits = user_limits(user=user)  # once per prompt: the cap, then admission
     max_tokens = _resolve_max_tokens(limits=limits, requested=sampling.max_tokens)
+    try:  # the API checked it already, naming its own parameters; this guards every other caller
+        check_sampling(sampling.spec, max_tokens=max_tokens)
+    except SamplingError as exc:
+        raise DomainError(exc.message, code="invalid_sampling") from None
     token_count = message_fit_check(
         content=content,
         context_limit_tokens=user.tier.context_limit_tokens,
@@ -107,8 +118,12 @@ def run_create(
                 status=RunStatus.QUEUED,
                 priority=user.tier.priority,
                 max_tokens=max_tokens,
-                temperature=sampling.temperature,
-                top_p=sampling.top_p,
+                temperature=sampling.spec.temperature,
+                top_p=sampling.spec.top_p,
+                sampling=sampling.spec.to_json(),
+                tools=tools or [],
+                prompt_mode=prompt_mode,
+                end_user=end_user,
                 model=settings.ENGINE.served_model_name,
                 reserved_tokens=ticket.cost,
             )

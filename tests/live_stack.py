@@ -63,9 +63,21 @@ def _free_port() -> int:
     raise RuntimeError(f"no free port in {PORT_RANGE}")
 
 
-def _stack_env() -> dict[str, str]:
+# The real engine (vLLM with SmolLM2 on the CPU), as the engine tests build it: small, eager, float32.
+REAL_ENGINE_ENV = {
+    "ENGINE_BACKEND": "vllm",
+    "ENGINE_MAX_NUM_SEQS": "8",
+    "ENGINE_MAX_MODEL_LEN": "2048",
+    "ENGINE_KV_CACHE_GIB": "1",
+    "ENGINE_DTYPE": "float32",
+    "ENGINE_ENFORCE_EAGER": "true",
+    "STREAM_FLUSH_INTERVAL_S": "0.05",
+}
+
+
+def _stack_env(engine_env: dict[str, str]) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
-    env.update(SIMULATED_ENGINE_ENV)
+    env.update(engine_env)
     env.update(
         {
             "DJANGO_SETTINGS_MODULE": "chatproject.settings.test",
@@ -140,6 +152,13 @@ def _worker_argv() -> list[str] | None:
 
 @pytest.fixture(scope="package", name="live_stack")
 def live_stack_fixture(django_db_setup: None, django_db_blocker: object) -> Iterator[LiveStack]:
+    yield from run_live_stack(django_db_blocker, engine_env=SIMULATED_ENGINE_ENV)
+
+
+def run_live_stack(
+    django_db_blocker: object, *, engine_env: dict[str, str], worker_ready_s: float = 90
+) -> Iterator[LiveStack]:
+    """Starts web, worker (with ``engine_env``) and dispatcher; yields the stack; stops them."""
     global LABEL
     LABEL = f"stack{next(_stack_numbers)}"
     from accounts.models import Tier
@@ -147,7 +166,7 @@ def live_stack_fixture(django_db_setup: None, django_db_blocker: object) -> Iter
 
     with django_db_blocker.unblock():  # type: ignore[attr-defined]
         seed_default_tiers(Tier)  # earlier transactional tests flush every table; the dispatcher reads tiers at start
-    env = _stack_env()
+    env = _stack_env(engine_env)
     port = _free_port()
     processes: dict[str, subprocess.Popen[bytes]] = {}
     try:
@@ -176,7 +195,7 @@ def live_stack_fixture(django_db_setup: None, django_db_blocker: object) -> Iter
         base_url = f"http://127.0.0.1:{port}"
         wait_http(base_url + "/healthz", processes["web"], timeout_s=30, what=f"the web process ({LOGS})")
         if "worker" in processes:
-            _wait_log("worker", processes["worker"], "ready.", timeout_s=90)
+            _wait_log("worker", processes["worker"], "ready.", timeout_s=worker_ready_s)
         with django_db_blocker.unblock():  # type: ignore[attr-defined]
             _warm_up(base_url, with_worker="worker" in processes)
         yield LiveStack(base_url=base_url, processes=processes)

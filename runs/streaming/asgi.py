@@ -22,7 +22,7 @@ Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 # Long-lived responses: the run streams and the OpenAI-compatible completions (which wait for their run).
-STREAM_PATH = re.compile(r"^(/api/runs/\d+/stream|/v1/chat/completions)$")
+STREAM_PATH = re.compile(r"^(/api/runs/\d+/stream|/v1/chat/completions|/v1/completions)$")
 
 
 class StreamASGIHandler(ASGIHandler):

@@ -30,14 +30,19 @@ logger = logging.getLogger(__name__)
 
 def coalesce(entries: Iterable[Entry]) -> list[Entry]:
     """Merges runs of consecutive deltas into one (carrying the last one's id): a client that fell behind
-    gets fewer, larger events, and resuming from that id is still exact. Fields other than ``text`` are
-    the first delta's (a benchmark's write timestamp then measures the oldest text in the event)."""
+    gets fewer, larger events, and resuming from that id is still exact. ``text`` and ``logprobs`` are
+    joined and ``tokens`` summed; other fields are the first delta's (a benchmark's write timestamp then
+    measures the oldest text in the event)."""
     out: list[Entry] = []
     for entry in entries:
         prev = out[-1] if out else None
         if prev is not None and prev.event == StreamEvent.DELTA and entry.event == StreamEvent.DELTA:
-            text = prev.data.get("text", "") + entry.data.get("text", "")
-            out[-1] = StreamEntry(seq=entry.seq, event=StreamEvent.DELTA, data={**prev.data, "text": text})
+            data = {**prev.data, "text": prev.data.get("text", "") + entry.data.get("text", "")}
+            if "tokens" in prev.data or "tokens" in entry.data:
+                data["tokens"] = int(prev.data.get("tokens", 0)) + int(entry.data.get("tokens", 0))
+            if "logprobs" in prev.data or "logprobs" in entry.data:
+                data["logprobs"] = [*prev.data.get("logprobs", []), *entry.data.get("logprobs", [])]
+            out[-1] = StreamEntry(seq=entry.seq, event=StreamEvent.DELTA, data=data)
         else:
             out.append(entry)
     return out

@@ -114,13 +114,19 @@ def test_bad_requests_are_openai_errors_and_write_nothing(live_stack: LiveStack)
     with pytest.raises(openai.BadRequestError) as last_not_user:
         client.chat.completions.create(model=MODEL, messages=[{"role": "assistant", "content": "x"}])
     assert last_not_user.value.body["param"] == "messages[0]"  # type: ignore[index]
-    with pytest.raises(openai.BadRequestError) as tools:
+    with pytest.raises(openai.BadRequestError) as auto:
         client.chat.completions.create(
             model=MODEL,
             messages=[{"role": "user", "content": "x"}],
             tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
         )
-    assert tools.value.body["param"] == "tools"  # type: ignore[index]
+    assert auto.value.body["param"] == "tool_choice"  # type: ignore[index]  # "auto": no tool-call parser here
+    with pytest.raises(openai.BadRequestError) as unknown:
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}], extra_body={"frob": 1})
+    assert unknown.value.body["param"] == "frob"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError) as choices:
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}], n=2, max_tokens=10**6)
+    assert "max_tokens" in str(choices.value)
     with pytest.raises(openai.BadRequestError) as too_many:
         client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=10**6)
     assert "max_tokens" in str(too_many.value)
@@ -161,3 +167,90 @@ def test_a_client_that_goes_away_cancels_its_run(live_stack: LiveStack) -> None:
     run.refresh_from_db()
     assert run.status == RunStatus.CANCELLED
     assert run.output_tokens < int(SIMULATED_ENGINE_ENV["SIM_OUTPUT_TOKENS"])  # cut short
+
+
+def test_the_first_chunk_carries_the_first_token(live_stack: LiveStack) -> None:
+    """As vLLM and OpenAI send it: a client's time to first token is the time to the first chunk."""
+    client = client_for(live_stack, UserFactory.with_tier("pro"))
+    stream = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Hello"}], stream=True, max_tokens=8
+    )
+    first = next(iter(stream))
+    assert first.choices[0].delta.role == "assistant"
+    assert first.choices[0].delta.content
+    run = run_of(first.id)
+    assert run.first_token_at is not None
+    rest = list(stream)
+    assert [c.choices[0].delta.role for c in rest if c.choices] == [None] * len([c for c in rest if c.choices])
+
+
+def test_n_choices_stream_side_by_side_and_the_usage_adds_up(live_stack: LiveStack) -> None:
+    user = UserFactory.with_tier("pro")
+    client = client_for(live_stack, user)
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Tell me a story."}],
+        n=3,
+        seed=11,
+        max_tokens=12,
+        stream=True,
+        stream_options={"include_usage": True},
+        user="customer-42",
+    )
+    chunks = list(stream)
+    texts = {i: "".join(c.choices[0].delta.content or "" for c in chunks if c.choices and c.choices[0].index == i) for i in range(3)}
+    runs = list(Run.objects.filter(user=user).select_related("assistant_message").order_by("pk"))
+    assert len(runs) == 3
+    assert [texts[i] for i in range(3)] == [r.assistant_message.content for r in runs if r.assistant_message]
+    assert [r.sampling.get("seed") for r in runs] == [11, 12, 13]  # choice i samples with seed + i
+    assert {r.end_user for r in runs} == {"customer-42"}
+    assert chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens == sum(r.output_tokens for r in runs)
+    assert chunks[-1].usage.prompt_tokens == runs[0].input_tokens
+    finishes = [c.choices[0].index for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert sorted(finishes) == [0, 1, 2]
+
+
+def test_n_choices_count_against_the_concurrency_cap_and_a_refusal_writes_nothing(live_stack: LiveStack) -> None:
+    user = UserFactory.with_tier("free")
+    UserLimitOverride.objects.create(user=user, max_concurrent_runs=2)
+    client = client_for(live_stack, user)
+    with pytest.raises(openai.RateLimitError):
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "a"}], n=3)
+    assert not Run.objects.filter(user=user).exists() and not Chat.objects.filter(owner=user).exists()
+
+
+def test_continuous_usage_counts_up_to_the_final_usage(live_stack: LiveStack) -> None:
+    client = client_for(live_stack, UserFactory.with_tier("pro"))
+    chunks = list(
+        client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Tell me a story."}],
+            max_tokens=10,
+            stream=True,
+            stream_options={"include_usage": True, "continuous_usage_stats": True},
+        )
+    )
+    counts = [c.usage.completion_tokens for c in chunks if c.usage is not None]
+    assert len(counts) == len(chunks)
+    assert counts == sorted(counts) and counts[-1] == run_of(chunks[0].id).output_tokens
+
+
+def test_text_completions_use_the_prompt_as_given(live_stack: LiveStack) -> None:
+    user = UserFactory.with_tier("pro")
+    client = client_for(live_stack, user)
+    completion = client.completions.create(model=MODEL, prompt=["Once upon", "a time"], max_tokens=6)
+    assert completion.object == "text_completion" and [c.index for c in completion.choices] == [0, 1]
+    runs = list(Run.objects.filter(user=user).select_related("assistant_message", "user_message").order_by("pk"))
+    assert [r.user_message.content for r in runs] == ["Once upon", "a time"]
+    assert {r.prompt_mode for r in runs} == {"raw"}
+    assert [c.text for c in completion.choices] == [r.assistant_message.content for r in runs if r.assistant_message]
+    assert completion.usage is not None
+    assert completion.usage.prompt_tokens == sum(r.input_tokens for r in runs)
+    streamed = client.completions.create(model=MODEL, prompt="Once upon", max_tokens=6, stream=True, logprobs=2)
+    pieces = list(streamed)
+    text = "".join(c.choices[0].text for c in pieces if c.choices)
+    last = Run.objects.filter(user=user).select_related("assistant_message").latest("pk")
+    assert last.assistant_message is not None and text == last.assistant_message.content
+    tokens = [t for c in pieces if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.tokens or []]
+    assert "".join(tokens) == text

@@ -10,7 +10,7 @@ from django.test import RequestFactory
 from pytest_django.fixtures import Settings
 
 from openai_api.errors import OpenAIRequestError
-from openai_api.requests import parse_chat_completion, read_body
+from openai_api.requests import parse_chat_completion, parse_completion, read_body
 from openai_api.streaming import _Follower
 
 
@@ -37,9 +37,70 @@ def test_text_parts_developer_role_and_defaults() -> None:
     assert parsed.history == [("user", "a"), ("assistant", "b")]
     assert parsed.prompt == "c"
     assert parsed.sampling.max_tokens == 7
-    assert (parsed.sampling.temperature, parsed.sampling.top_p) == (1.0, 1.0)  # OpenAI's defaults
-    assert parsed.stream is False and parsed.include_usage is False
+    assert (parsed.sampling.spec.temperature, parsed.sampling.spec.top_p) == (1.0, 1.0)  # OpenAI's defaults
+    assert parsed.sampling.spec.seed == 3 and parsed.sampling.end_user == "someone"
+    assert parsed.stream is False and parsed.sampling.stream.include_usage is False
     assert parse_chat_completion(body()).system_prompt is None
+
+
+def test_every_sampling_parameter_reaches_the_spec() -> None:
+    parsed = parse_chat_completion(
+        body(
+            stop="END",
+            seed=-5,
+            presence_penalty=0.5,
+            frequency_penalty=-0.5,
+            logit_bias={"42": -100, "7": 2.5},
+            logprobs=True,
+            top_logprobs=4,
+            n=3,
+            top_k=20,
+            min_p=0.1,
+            repetition_penalty=1.2,
+            min_tokens=2,
+            ignore_eos=True,
+            stop_token_ids=[2],
+            max_tokens=9,
+            stream=True,
+            stream_options={"include_usage": True, "continuous_usage_stats": True},
+        )
+    )
+    spec = parsed.sampling.spec
+    assert spec.stop == ("END",) and spec.seed == -5
+    assert (spec.presence_penalty, spec.frequency_penalty, spec.repetition_penalty) == (0.5, -0.5, 1.2)
+    assert spec.logit_bias == {42: -100.0, 7: 2.5}
+    assert spec.logprobs == 4 and parsed.sampling.n == 3
+    assert (spec.top_k, spec.min_p, spec.min_tokens, spec.ignore_eos, spec.stop_token_ids) == (20, 0.1, 2, True, (2,))
+    assert parsed.sampling.stream.include_usage and parsed.sampling.stream.continuous_usage_stats
+    # logprobs without top_logprobs: the sampled token's only
+    assert parse_chat_completion(body(logprobs=True)).sampling.spec.logprobs == 0
+    assert parse_chat_completion(body()).sampling.spec.logprobs is None
+
+
+def test_completion_prompts_and_logprobs() -> None:
+    parsed = parse_completion({"model": "m", "prompt": ["a", "b"], "logprobs": 2, "n": 2, "max_tokens": 3})
+    assert parsed.prompts == ["a", "b"] and parsed.sampling.n == 2 and parsed.sampling.spec.logprobs == 2
+    assert parse_completion({"model": "m", "prompt": "x"}).prompts == ["x"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "param"),
+    [
+        ({"prompt": []}, "prompt"),
+        ({"prompt": [1, 2, 3]}, "prompt"),
+        ({"prompt": ["a", ""]}, "prompt[1]"),
+        ({"echo": True}, "echo"),
+        ({"suffix": "x"}, "suffix"),
+        ({"best_of": 3}, "best_of"),
+        ({"logprobs": 21}, "logprobs"),
+        ({"prompt": ["a"] * 5, "n": 2}, "n"),
+        ({"top_logprobs": 2}, "top_logprobs"),
+    ],
+)
+def test_completion_refusals_name_their_parameter(overrides: dict[str, Any], param: str) -> None:
+    with pytest.raises(OpenAIRequestError) as refused:
+        parse_completion({"model": "m", "prompt": "hi", **overrides})
+    assert refused.value.param == param and refused.value.status == 400
 
 
 @pytest.mark.parametrize(
@@ -47,17 +108,42 @@ def test_text_parts_developer_role_and_defaults() -> None:
     [
         ({"model": ""}, "model"),
         ({"messages": []}, "messages"),
-        ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role"),
+        ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
         ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages[0].content[0]"),
         ({"messages": [{"role": "user", "content": "a"}, {"role": "system", "content": "s"}]}, "messages[1]"),
         ({"messages": [{"role": "user", "content": "   "}]}, "messages[0].content"),
-        ({"n": 2}, "n"),
-        ({"stop": ["\n"]}, "stop"),
+        ({"n": 0}, "n"),
+        ({"n": 9}, "n"),
+        ({"stop": [""]}, "stop"),
+        ({"stop": 5}, "stop"),
+        ({"stop": ["s"] * 17}, "stop"),
+        ({"seed": 2**64}, "seed"),
+        ({"seed": 1.5}, "seed"),
+        ({"presence_penalty": 2.5}, "presence_penalty"),
+        ({"frequency_penalty": "x"}, "frequency_penalty"),
+        ({"repetition_penalty": 0}, "repetition_penalty"),
+        ({"top_k": -2}, "top_k"),
+        ({"min_p": 1.5}, "min_p"),
+        ({"min_tokens": 10, "max_tokens": 5}, "min_tokens"),
+        ({"logit_bias": {"x": 1}}, "logit_bias"),
+        ({"logit_bias": {"1": 101}}, "logit_bias"),
+        ({"logit_bias": {"99999999": 1}}, "logit_bias"),
+        ({"stop_token_ids": [99999999]}, "stop_token_ids"),
+        ({"top_logprobs": 2}, "top_logprobs"),
+        ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+        ({"logprobs": "yes"}, "logprobs"),
+        ({"ignore_eos": 1}, "ignore_eos"),
+        ({"stream_options": {"include_usage": True}}, "stream_options"),
+        ({"stream": True, "stream_options": {"x": 1}}, "stream_options.x"),
+        ({"user": 5}, "user"),
+        ({"frobnicate": 1}, "frobnicate"),
+        ({"use_beam_search": True}, "use_beam_search"),
+        ({"functions": [{"name": "f"}]}, "functions"),
         ({"temperature": 3}, "temperature"),
         ({"temperature": "hot"}, "temperature"),
         ({"max_tokens": 0}, "max_tokens"),
         ({"max_completion_tokens": True}, "max_completion_tokens"),
-        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"response_format": {"type": "xml"}}, "response_format"),
         ({"stream": "yes"}, "stream"),
     ],
 )
@@ -136,18 +222,34 @@ def test_a_body_over_the_limit_is_413(settings: Settings) -> None:
     assert refused.value.message == "The request body is larger than 1000 bytes; send a smaller one."
 
 
+def _text(follower: _Follower, text: str) -> str:
+    return follower.add(text, [])[0]
+
+
 def test_a_restart_that_repeats_the_sent_text_continues_seamlessly() -> None:
     follower = _Follower()
-    assert follower.add("The sky ") + follower.add("is") == "The sky is"
+    assert _text(follower, "The sky ") + _text(follower, "is") == "The sky is"
     follower.reset()
-    assert follower.add("The ") == ""
-    assert follower.add("sky is blue") == " blue"
-    assert follower.add(".") == "."
+    assert _text(follower, "The ") == ""
+    assert _text(follower, "sky is blue") == " blue"
+    assert _text(follower, ".") == "."
+
+
+def test_a_restart_skips_the_log_probabilities_of_the_repeated_tokens() -> None:
+    def entries(*tokens: str) -> list[dict[str, Any]]:
+        return [{"token": t, "logprob": -1.0, "bytes": list(t.encode()), "top_logprobs": []} for t in tokens]
+
+    follower = _Follower()
+    follower.add("The sky", entries("The", " sky"))
+    follower.reset()
+    assert follower.add("The", entries("The")) == ("", [])
+    text, logprobs = follower.add(" sky is", entries(" sky", " is"))
+    assert text == " is" and [e["token"] for e in logprobs] == [" is"]
 
 
 def test_a_restart_that_diverges_is_an_error() -> None:
     follower = _Follower()
-    follower.add("The sky is")
+    _text(follower, "The sky is")
     follower.reset()
     with pytest.raises(ValueError):
-        follower.add("A cloud")
+        _text(follower, "A cloud")

@@ -55,6 +55,47 @@ def test_sampling_parameters_are_stored(api: APIClient, user: User) -> None:
     assert (run.max_tokens, run.temperature, run.top_p) == (cap, 0.0, 0.5)
 
 
+def test_stop_seed_and_response_format_are_stored_as_asked(api: APIClient, user: User) -> None:
+    chat = ChatFactory.create(owner=user)
+    schema = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
+    resp = post_prompt(
+        api,
+        chat,
+        {
+            "content": "hi",
+            "stop": ["\n\n", "END"],
+            "seed": 42,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}},
+        },
+    )
+    assert resp.status_code == 202, resp.content
+    run = Run.objects.get(pk=resp.json()["run"]["id"])
+    assert run.sampling == {"seed": 42, "stop": ["\n\n", "END"], "structured_outputs": {"json": schema}}
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"stop": [""]}, "stop"),
+        ({"stop": ["a"] * 17}, "stop"),
+        ({"stop": "END"}, "stop"),
+        ({"seed": "1"}, "seed"),
+        ({"seed": 2**63}, "seed"),
+        ({"response_format": {"type": "yaml"}}, "response_format"),
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": 5}}}}, "response_format"),
+        ({"ignore_eos": True}, "ignore_eos"),
+    ],
+)
+def test_bad_sampling_is_a_400_naming_the_field_and_writes_nothing(
+    api: APIClient, user: User, body: dict[str, Any], field: str
+) -> None:
+    chat = ChatFactory.create(owner=user)
+    resp = post_prompt(api, chat, {"content": "hi", **body})
+    assert resp.status_code == 400, resp.content
+    assert field in resp.json()["error"]["fields"], resp.json()
+    assert not Run.objects.filter(chat=chat).exists() and not Message.objects.filter(chat=chat).exists()
+
+
 def test_the_run_is_handed_on_only_after_commit(
     api: APIClient, user: User, django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks
 ) -> None:
