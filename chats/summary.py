@@ -120,7 +120,7 @@ def chat_summary_is_due(*, chat: Chat) -> bool:
 
 
 def transcript_line(role: str, content: str) -> str:
-    speaker = {MessageRole.USER: "User", MessageRole.TOOL: "Tool"}.get(role, "Assistant")
+    speaker = {MessageRole.USER.value: "User", MessageRole.TOOL.value: "Tool"}.get(role, "Assistant")
     return f"{speaker}: {content.strip()}"
 
 

@@ -2,8 +2,8 @@
 the check that the engine's grammar backend can compile it.
 
 What vLLM 0.32's OpenAI server does, and what this module mirrors (``ChatCompletionRequest`` validators and
-``structured_outputs_from_response_format`` in ``vllm/entrypoints/...``; ``SamplingParams._validate_structured_outputs``;
-``vllm/v1/structured_output/backend_guidance.py``):
+``structured_outputs_from_response_format`` in ``vllm/entrypoints/...``;
+``SamplingParams._validate_structured_outputs``; ``vllm/v1/structured_output/backend_guidance.py``):
 
 - ``response_format``: ``{"type": "text"}`` is no constraint; ``{"type": "json_object"}`` is ``json_object: true``;
   ``{"type": "json_schema", "json_schema": {"name", "schema", "strict"?, "description"?}}`` is ``json: <schema>``
@@ -96,7 +96,7 @@ def _from_response_format(response_format: Any) -> tuple[dict[str, Any] | None, 
     """The constraint a ``response_format`` asks for and the parameter that holds it."""
     param = "response_format"
     if not isinstance(response_format, dict):
-        raise _fail(f"'{param}' must be an object such as {{\"type\": \"json_object\"}}.", param)
+        raise _fail(f'\'{param}\' must be an object such as {{"type": "json_object"}}.', param)
     kind = response_format.get("type")
     known = {"text": {"type"}, "json_object": {"type"}, "json_schema": {"type", "json_schema"}}
     if kind not in known:
@@ -163,9 +163,7 @@ def _from_structured_outputs(structured_outputs: Any) -> tuple[dict[str, Any], s
         return {"json": _schema(value, where)}, where
     if kind == "json_object":
         if value is not True:
-            raise _fail(
-                f"'{where}' must be true if set; omit structured_outputs to disable structured outputs.", where
-            )
+            raise _fail(f"'{where}' must be true if set; omit structured_outputs to disable structured outputs.", where)
         return {"json_object": True}, where
     if kind == "choice":
         if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
@@ -232,7 +230,9 @@ def _guidance_grammar(structured: dict[str, Any]) -> str:
         text = spec if isinstance(spec, str) else json.dumps(spec)
         return llguidance.LLMatcher.grammar_from_json_schema(text, defaults={"whitespace_flexible": True})
     if structured.get("json_object"):
-        return llguidance.LLMatcher.grammar_from_json_schema('{"type": "object"}', defaults={"whitespace_flexible": True})
+        return llguidance.LLMatcher.grammar_from_json_schema(
+            '{"type": "object"}', defaults={"whitespace_flexible": True}
+        )
     if "regex" in structured:
         return llguidance.grammar_from("regex", structured["regex"])
     if "choice" in structured:

@@ -82,7 +82,7 @@ def _fail(message: str, param: str) -> SamplingError:
 def _tool(value: Any, index: int) -> dict[str, Any]:
     param = f"tools[{index}]"
     if not isinstance(value, dict):
-        raise _fail(f"'{param}' must be an object {{\"type\": \"function\", \"function\": {{...}}}}.", param)
+        raise _fail(f'\'{param}\' must be an object {{"type": "function", "function": {{...}}}}.', param)
     if value.get("type", "function") != "function":
         raise _fail(f"'{param}.type' must be 'function'; got {echo(value.get('type'))}.", f"{param}.type")
     unknown = sorted(set(value) - {"type", "function"})
@@ -128,7 +128,8 @@ def _tool(value: Any, index: int) -> dict[str, Any]:
 
 
 def named_tool_schema(tool: dict[str, Any]) -> dict[str, Any]:
-    """The schema a named ``tool_choice`` constrains to: the function's parameters (vLLM's ``_params_or_empty_object``)."""
+    """The schema a named ``tool_choice`` constrains to: the function's parameters (vLLM's
+    ``_params_or_empty_object``)."""
     parameters = tool["function"].get("parameters")
     return copy.deepcopy(parameters) if parameters else dict(EMPTY_PARAMETERS)
 
@@ -142,13 +143,13 @@ def required_tools_schema(tools: Sequence[dict[str, Any]], *, parallel_tool_call
         function = tool["function"]
         parameters = copy.deepcopy(function.get("parameters"))
         if parameters is not None:
-            for name, schema in parameters.pop("$defs", {}).items():
-                if name in all_defs and all_defs[name] != schema:
+            for name, definition in parameters.pop("$defs", {}).items():
+                if name in all_defs and all_defs[name] != definition:
                     raise _fail(
                         f"Tool definition '{name}' has multiple schemas, which is not supported.",
                         f"tools[{index}].function.parameters.$defs",
                     )
-                all_defs[name] = schema
+                all_defs[name] = definition
         branches.append(
             {
                 "properties": {
@@ -171,10 +172,14 @@ def _named_choice(choice: dict[str, Any], names: Sequence[str]) -> str:
         raise _fail(f"'tool_choice.type' must be 'function'. {NAMED_CHOICE_USAGE}", "tool_choice.type")
     function = choice.get("function")
     if not isinstance(function, dict):
-        raise _fail(f"Invalid value for 'tool_choice.function': {echo(function)}. {NAMED_CHOICE_USAGE}", "tool_choice.function")
+        raise _fail(
+            f"Invalid value for 'tool_choice.function': {echo(function)}. {NAMED_CHOICE_USAGE}", "tool_choice.function"
+        )
     name = function.get("name")
     if not isinstance(name, str) or not name:
-        raise _fail(f"Invalid 'tool_choice.function.name': {echo(name)}. {NAMED_CHOICE_USAGE}", "tool_choice.function.name")
+        raise _fail(
+            f"Invalid 'tool_choice.function.name': {echo(name)}. {NAMED_CHOICE_USAGE}", "tool_choice.function.name"
+        )
     if name not in names:
         raise _fail(
             f"The tool named in 'tool_choice' ({echo(name)}) is not one of the declared tools: {list(names)}.",
@@ -226,7 +231,7 @@ def parse_tools(body: dict[str, Any], *, tool_call_parser: str = "") -> ToolRequ
                 "Use tool_choice 'required' or a named function instead.",
                 "tool_choice",
             )
-        return ToolRequest(tools=tools, mode=ToolMode.AUTO, parallel_tool_calls=parallel_tool_calls)  # pragma: no cover
+        return ToolRequest(tools=tools, mode=ToolMode.AUTO, parallel_tool_calls=parallel_tool_calls)
     if choice == "required":
         schema = required_tools_schema(tools, parallel_tool_calls=parallel_tool_calls)
         check_compiles({"json": schema}, param="tools")
@@ -296,7 +301,9 @@ def tool_calls_from_text(mode: ToolMode, tool_name: str | None, text: str) -> li
         except ValueError:
             return []
         if not isinstance(items, list) or not all(
-            isinstance(i, dict) and isinstance(i.get("name"), str) and isinstance(i.get("parameters", {}), (dict, type(None)))
+            isinstance(i, dict)
+            and isinstance(i.get("name"), str)
+            and isinstance(i.get("parameters", {}), (dict, type(None)))
             for i in items
         ):
             return []
@@ -342,7 +349,7 @@ class _Span:
 _EXPECT_KEY, _EXPECT_COLON, _EXPECT_VALUE, _IN_STRING, _IN_CONTAINER, _IN_SCALAR, _AFTER_VALUE = range(7)
 
 
-def _scan_required(text: str) -> list[_Span]:  # noqa: C901 - one pass of a small state machine, as in vLLM
+def _scan_required(text: str) -> list[_Span]:
     """vLLM's ``_scan_required_tool_calls``: where each element's name and ``parameters`` value sit in ``text``
     (string- and nesting-aware, only the element level interpreted; text after the array's ``]`` ignored)."""
     spans: list[_Span] = []
@@ -355,7 +362,8 @@ def _scan_required(text: str) -> list[_Span]:  # noqa: C901 - one pass of a smal
 
     def end_value(pos: int) -> None:
         nonlocal expect
-        assert cur is not None
+        if cur is None:
+            return
         if key == "parameters":
             cur.args_end = pos
         elif key == "name" and expect == _IN_STRING:
@@ -368,7 +376,8 @@ def _scan_required(text: str) -> list[_Span]:  # noqa: C901 - one pass of a smal
 
     def start_value(pos: int, state: int) -> None:
         nonlocal expect, value_start
-        assert cur is not None
+        if cur is None:
+            return
         value_start = pos
         if key == "parameters":
             cur.args_start = pos
@@ -473,7 +482,12 @@ class ToolCallStream:
         if self.ids:
             return {"index": 0, "function": {"arguments": piece}}
         self.ids.append(new_tool_call_id())
-        return {"index": 0, "id": self.ids[0], "type": "function", "function": {"name": self.tool_name, "arguments": piece}}
+        return {
+            "index": 0,
+            "id": self.ids[0],
+            "type": "function",
+            "function": {"name": self.tool_name, "arguments": piece},
+        }
 
     def _required(self, previous: str) -> list[dict[str, Any]]:
         """vLLM's ``extract_required_tool_call_streaming``: what the current text reveals beyond ``previous``."""
@@ -481,9 +495,8 @@ class ToolCallStream:
         sent = len(previous)
         deltas: list[dict[str, Any]] = []
         for index, span in enumerate(_scan_required(current)):
-            if not span.ready:
+            if not span.ready or span.args_start is None:
                 break  # elements come in order: nothing later can be ready
-            assert span.args_start is not None
             end = span.args_end if span.args_end is not None else len(current)
             if span.ready_at(sent):
                 new = current[min(end, sent) : end]
@@ -516,7 +529,9 @@ def _content_text(content: Any, param: str, *, allow_none: bool) -> str | None:
         parts: list[str] = []
         for index, part in enumerate(content):
             if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise _fail(f"'{param}[{index}]' must be a text part {{\"type\": \"text\", \"text\": \"...\"}}.", f"{param}[{index}]")
+                raise _fail(
+                    f'\'{param}[{index}]\' must be a text part {{"type": "text", "text": "..."}}.', f"{param}[{index}]"
+                )
             parts.append(part["text"])
         text = "".join(parts)
     else:
@@ -555,7 +570,11 @@ def _assistant_calls(message: dict[str, Any], param: str) -> list[tuple[str, str
         arguments = function.get("arguments")
         if arguments is not None and not isinstance(arguments, str):
             raise _fail(f"'{where}.function.arguments' must be a JSON string.", f"{where}.function.arguments")
-        for value, field_param in ((call_id, f"{where}.id"), (name, f"{where}.function.name"), (arguments or "", f"{where}.function.arguments")):
+        for value, field_param in (
+            (call_id, f"{where}.id"),
+            (name, f"{where}.function.name"),
+            (arguments or "", f"{where}.function.arguments"),
+        ):
             problem = text_problem(value)
             if problem is not None:
                 raise _fail(f"'{field_param}' {problem}", field_param)
@@ -610,7 +629,9 @@ def tool_turn(messages: Sequence[Any], index: int) -> tuple[str, str] | None:
     if role == "tool":
         call_id = message.get("tool_call_id")
         if not isinstance(call_id, str) or not call_id:
-            raise _fail(f"'{param}.tool_call_id' must be the id of the tool call this answers.", f"{param}.tool_call_id")
+            raise _fail(
+                f"'{param}.tool_call_id' must be the id of the tool call this answers.", f"{param}.tool_call_id"
+            )
         answerable = _answered_call_ids(messages, index)
         if answerable is None:
             raise _fail(
@@ -623,7 +644,5 @@ def tool_turn(messages: Sequence[Any], index: int) -> tuple[str, str] | None:
                 f"({sorted(answerable)}).",
                 f"{param}.tool_call_id",
             )
-        text = _content_text(message.get("content"), f"{param}.content", allow_none=False)
-        assert text is not None
-        return "tool", text
+        return "tool", _content_text(message.get("content"), f"{param}.content", allow_none=False) or ""
     return None

@@ -74,7 +74,11 @@ def test_the_compiled_json_schema_constrains_the_text() -> None:
         ({"type": "json_schema", "json_schema": {"name": "a"}}, "response_format.json_schema.schema", "required"),
         (json_schema_format(SCHEMA, strict="yes"), "response_format.json_schema.strict", "true or false"),
         (json_schema_format(SCHEMA, extra=1), "response_format.json_schema.extra", "does not take"),
-        ({"type": "json_schema", "json_schema": {"name": "a b", "schema": SCHEMA}}, "response_format.json_schema.name", "letters"),
+        (
+            {"type": "json_schema", "json_schema": {"name": "a b", "schema": SCHEMA}},
+            "response_format.json_schema.name",
+            "letters",
+        ),
         (json_schema_format([1, 2]), "response_format.json_schema.schema", "JSON schema"),
         (json_schema_format({"type": "strin"}), "response_format.json_schema.schema", "Invalid type: strin"),
         (json_schema_format({"$ref": "#/$defs/missing"}), "response_format.json_schema.schema", "does not exist"),
