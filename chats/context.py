@@ -73,10 +73,10 @@ def system_content(*, system_prompt: str, summary: str) -> str:
     return "\n\n".join(p for p in parts if p)
 
 
-def _messages(system: str, turns: Sequence[Turn], new_message: str) -> ChatMessages:
+def _messages(system: str, turns: Sequence[Turn], new_message: str, new_role: str = MessageRole.USER) -> ChatMessages:
     messages: ChatMessages = [{"role": "system", "content": system}] if system else []
     messages.extend({"role": t.role, "content": t.content} for t in turns)
-    messages.append({"role": "user", "content": new_message})
+    messages.append({"role": str(new_role), "content": new_message})
     return messages
 
 
@@ -112,10 +112,12 @@ def plan_prompt(
     budget: int,
     count_tokens: PromptTokenCounter,
     drop_step: int = 1,
+    new_role: str = MessageRole.USER,
 ) -> PromptPlan:
     """Newest-kept verbatim turns after the summary, the whole rendered prompt within ``budget``.
 
-    Raises :class:`PromptTooLong` when not even the system prompt and ``new_message`` fit.
+    ``new_role`` is the role of the message the run answers: ``user``, or ``tool`` when an OpenAI-compatible call
+    ends with a tool's result. Raises :class:`PromptTooLong` when not even the system prompt and ``new_message`` fit.
     """
     for summary_text in (summary, ""):
         system = system_content(system_prompt=system_prompt, summary=summary_text)
@@ -127,7 +129,7 @@ def plan_prompt(
         best: tuple[int, ChatMessages, int] | None = None
         while lo <= hi:
             mid = (lo + hi) // 2
-            messages = _messages(system, turns[points[mid] :], new_message)
+            messages = _messages(system, turns[points[mid] :], new_message, new_role)
             tokens = count_tokens(messages)
             if tokens <= budget:
                 best = (points[mid], messages, tokens)
@@ -146,7 +148,7 @@ def plan_prompt(
             )
         if not summary.strip():
             break
-    alone = _messages(system_content(system_prompt=system_prompt, summary=""), [], new_message)
+    alone = _messages(system_content(system_prompt=system_prompt, summary=""), [], new_message, new_role)
     raise PromptTooLong(tokens=count_tokens(alone), budget=budget)
 
 
@@ -187,6 +189,7 @@ def plan_chat_prompt(*, chat: Chat, user_message: Message, context_limit_tokens:
         budget=budget,
         count_tokens=rendered_token_count,
         drop_step=config.drop_step_turns,
+        new_role=user_message.role,
     )
 
 

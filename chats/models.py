@@ -49,6 +49,8 @@ class MessageRole(models.TextChoices):
     USER = "user"
     ASSISTANT = "assistant"
     SYSTEM = "system"
+    TOOL = "tool"
+    """A tool's result answering an assistant's tool call (OpenAI's ``tool`` role; the chat template renders it)."""
 
 
 class Message(models.Model):

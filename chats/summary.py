@@ -120,7 +120,8 @@ def chat_summary_is_due(*, chat: Chat) -> bool:
 
 
 def transcript_line(role: str, content: str) -> str:
-    return f"{'User' if role == MessageRole.USER else 'Assistant'}: {content.strip()}"
+    speaker = {MessageRole.USER.value: "User", MessageRole.TOOL.value: "Tool"}.get(role, "Assistant")
+    return f"{speaker}: {content.strip()}"
 
 
 def summary_prompt_messages(*, previous_summary: str, transcript: Sequence[str]) -> list[dict[str, str]]:

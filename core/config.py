@@ -50,6 +50,9 @@ class EngineConfig:
     """Simulated engine: prefill seconds per prompt token."""
     sim_output_tokens: int
     """Simulated engine: tokens per answer when the request's max_tokens allows."""
+    tool_call_parser: str = ""
+    """One of vLLM's tool-call parsers (``hermes``...) for ``tool_choice: "auto"``; empty: none, and "auto" is a 400
+    (named and "required" tool choices need none). See ``openai_api.tools.SUPPORTED_TOOL_CALL_PARSERS``."""
 
     @property
     def default_model_dir(self) -> Path:
@@ -174,6 +177,7 @@ def engine_config_from_env() -> EngineConfig:
         sim_step_per_seq_s=env.float("SIM_STEP_PER_SEQ_S", default=0.01),
         sim_prefill_per_token_s=env.float("SIM_PREFILL_PER_TOKEN_S", default=0.0002),
         sim_output_tokens=env.int("SIM_OUTPUT_TOKENS", default=64),
+        tool_call_parser=env.str("ENGINE_TOOL_CALL_PARSER", default=""),
     )
 
 

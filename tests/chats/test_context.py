@@ -20,7 +20,8 @@ from chats.context import (
     rendered_token_count,
 )
 from chats.models import Message
-from deployments.tokenizer import count_tokens
+from chats.summary import transcript_line
+from deployments.tokenizer import apply_chat_template, count_tokens
 from inference_workers.runtime import WorkerRuntime
 from inference_workers.tasks import chat_summarize
 from runs.models import Run
@@ -80,6 +81,26 @@ def test_everything_fits_when_the_history_is_short() -> None:
     )
     assert plan.kept_turns == 6 and plan.dropped_turns == 0 and not plan.summary_included
     assert SUMMARY_HEADING not in plan.messages[0]["content"]
+
+
+def test_a_run_may_answer_a_tool_result_rendered_with_the_tool_role() -> None:
+    calls = '[{"name": "get_weather", "parameters": {"city": "Paris"}}]'
+    turns = [Turn(role="user", content="Weather in Paris?"), Turn(role="assistant", content=calls)]
+    plan = plan_prompt(
+        system_prompt="S",
+        summary="",
+        turns=turns,
+        new_message='{"temp_c": 21}',
+        new_role="tool",
+        budget=2000,
+        count_tokens=rendered_token_count,
+    )
+    assert [m["role"] for m in plan.messages] == ["system", "user", "assistant", "tool"]
+    rendered = apply_chat_template(plan.messages)
+    # the default model's template renders the calls and the result verbatim, and opens the assistant's turn after
+    assert f'<|im_start|>assistant\n{calls}<|im_end|>\n<|im_start|>tool\n{{"temp_c": 21}}<|im_end|>' in rendered
+    assert rendered.endswith("<|im_start|>assistant\n")
+    assert transcript_line("tool", " 21 C ") == "Tool: 21 C"
 
 
 def test_cut_points_are_fixed_positions_in_the_growing_history() -> None:
