@@ -38,7 +38,7 @@ from openai_api.requests import (
 )
 from openai_api.services import chat_completion_create, completion_abandon, text_completion_create
 from openai_api.streaming import DONE, KEEPALIVE, Completion, collect, follow_choices
-from openai_api.tools import ToolCallStream, ToolRequest, tool_calls_from_text
+from openai_api.tools import ToolCallStream, ToolMode, ToolRequest, finish_reason, tool_calls_from_text
 from runs.models import Run
 
 logger = logging.getLogger(__name__)
@@ -156,16 +156,22 @@ async def _create(
 # Chat -------------------------------------------------------------------------------------------------------------
 
 
-def _chat_finish(tools: ToolRequest, completion: Completion) -> str | None:
-    if completion.finish_reason == "stop" and tools.mode == "required":
-        return "tool_calls"  # as vLLM's server answers a forced call; a named one ends "stop"
-    return completion.finish_reason
+FORCED_CALLS = (ToolMode.NAMED, ToolMode.REQUIRED)
 
 
-def _chat_message(tools: ToolRequest, text: str) -> dict[str, Any]:
-    if tools.forces_call:
-        return {"role": "assistant", "content": None, "tool_calls": tool_calls_from_text(tools, text)}
-    return {"role": "assistant", "content": text, "refusal": None}
+def _chat_finish(tools: ToolRequest, completion: Completion, *, called: bool) -> str | None:
+    if completion.finish_reason is None:
+        return None
+    return finish_reason(tools.mode, completion.finish_reason, called=called)
+
+
+def _chat_message(tools: ToolRequest, text: str) -> tuple[dict[str, Any], bool]:
+    """The choice's message, and whether it holds tool calls."""
+    if tools.mode in FORCED_CALLS:
+        calls = tool_calls_from_text(tools.mode, tools.function_name, text)
+        if calls:
+            return {"role": "assistant", "content": None, "refusal": None, "tool_calls": calls}, True
+    return {"role": "assistant", "content": text, "refusal": None}, False
 
 
 @csrf_exempt  # bearer tokens only: no cookie is read, so there is no cross-site request to forge
@@ -182,13 +188,16 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
     if failed is not None:
         return failed
     texts = await _stored_texts(runs, completions)
+    messages = [_chat_message(parsed.tools, text) for text in texts]
     return JsonResponse(
         formats.chat_body(
             runs,
             model,
-            messages=[_chat_message(parsed.tools, text) for text in texts],
+            messages=[message for message, _ in messages],
             completions=completions,
-            finish_reasons=[_chat_finish(parsed.tools, c) for c in completions],
+            finish_reasons=[
+                _chat_finish(parsed.tools, c, called=called) for c, (_, called) in zip(completions, messages)
+            ],
             logprobs=parsed.sampling.spec.logprobs is not None,
         )
     )
@@ -201,7 +210,11 @@ async def _chat_chunks(runs: list[Run], parsed: ChatCompletionRequest, *, model:
     tools = parsed.tools
     completions = [Completion() for _ in runs]
     started = [False] * len(runs)
-    calls = [ToolCallStream(tools) for _ in runs] if tools.forces_call else None
+    calls = (
+        [ToolCallStream(tools.mode, tools.function_name, parallel_tool_calls=tools.parallel_tool_calls) for _ in runs]
+        if tools.mode in FORCED_CALLS
+        else None
+    )
 
     def chunk(index: int, delta: dict[str, Any], *, logprobs: Any = None, finish: str | None = None) -> bytes:
         if not started[index]:
@@ -222,13 +235,10 @@ async def _chat_chunks(runs: list[Run], parsed: ChatCompletionRequest, *, model:
             if completion.error is not None:
                 yield formats.error_frame(completion.error)
                 return
-            if calls is not None:
-                rest = calls[index].finish()
-                if rest:
-                    yield chunk(index, {"tool_calls": rest})
             if not started[index]:
                 yield chunk(index, {"content": ""})
-            yield chunk(index, {}, finish=_chat_finish(tools, completion))
+            called = calls is not None and calls[index].called
+            yield chunk(index, {}, finish=_chat_finish(tools, completion, called=called))
             continue
         piece = event.piece
         if piece is None:

@@ -35,9 +35,10 @@ from openai_api.params import (
     parse_sampling,
     refuse_unknown,
 )
-from openai_api.tools import ToolRequest, history_turn, parse_tools
+from openai_api.tools import ToolMode, ToolRequest, parse_tools, request_structured_outputs, tool_turn
 
 SYSTEM_ROLES = ("system", "developer")
+TURN_ROLES = ("user", "assistant")
 MAX_PROMPTS = 8
 """``/v1/completions``: the most prompts in one call (each is a run per choice)."""
 
@@ -52,7 +53,7 @@ CHAT_PARAMS = SAMPLING_PARAMS | {
     "tool_choice",
     "parallel_tool_calls",
 }
-COMPLETION_PARAMS = SAMPLING_PARAMS | {"model", "prompt", "logprobs"}
+COMPLETION_PARAMS = SAMPLING_PARAMS | {"model", "prompt", "logprobs", "response_format"}
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,8 @@ class ChatCompletionRequest:
     """The last message: the user's (or a tool result's, rendered)."""
     sampling: SamplingParams
     tools: ToolRequest = field(default_factory=ToolRequest)
+    last_role: str = "user"
+    """The last message's role: ``user``, or ``tool`` when it hands back a tool's result."""
 
     @property
     def stream(self) -> bool:
@@ -141,10 +144,15 @@ def _check_vocab(params: SamplingParams) -> None:
             )
 
 
-def _structured(body: dict[str, Any], *, response_format: Any) -> dict[str, Any] | None:
+def _structured(body: dict[str, Any], tools: ToolRequest | None = None) -> dict[str, Any] | None:
+    """The answer's constraint: a forced tool's, else ``response_format`` / ``structured_outputs``; compiled
+    by the backend the engine uses, so what it cannot compile is a 400 now with its reason."""
     try:
-        structured = structured_from_request(response_format, body.get("structured_outputs"))
-        if structured is not None:
+        if tools is not None:
+            structured = request_structured_outputs(body, tools)
+        else:
+            structured = structured_from_request(body.get("response_format"), body.get("structured_outputs"))
+        if structured is not None and (tools is None or tools.structured is None):
             check_compiles(structured)
     except SamplingError as exc:
         raise OpenAIRequestError(exc.message, param=exc.param, code="invalid_structured_output") from None
@@ -178,6 +186,32 @@ def _sampling(
     return params
 
 
+def _tools(body: dict[str, Any]) -> ToolRequest:
+    try:
+        return parse_tools(body, tool_call_parser=settings.ENGINE.tool_call_parser)
+    except SamplingError as exc:
+        raise OpenAIRequestError(exc.message, param=exc.param) from None
+
+
+def _turn(messages: list[Any], index: int) -> tuple[str, str]:
+    """``(role, content)`` as stored of a user/assistant/tool message."""
+    param = f"messages[{index}]"
+    try:
+        tool = tool_turn(messages, index)
+    except SamplingError as exc:
+        raise OpenAIRequestError(exc.message, param=exc.param) from None
+    if tool is not None:
+        return tool[0], checked_text(tool[1], f"{param}.content")
+    message = messages[index]
+    role = message.get("role")
+    if role not in TURN_ROLES:
+        raise OpenAIRequestError(
+            f"'{param}.role' must be one of system, developer, user, assistant, tool; got {role!r}.",
+            param=f"{param}.role",
+        )
+    return str(role), message_text(message.get("content"), f"{param}.content")
+
+
 def parse_chat_completion(body: Any) -> ChatCompletionRequest:
     if not isinstance(body, dict):
         raise OpenAIRequestError("The body must be a JSON object.")
@@ -186,34 +220,27 @@ def parse_chat_completion(body: Any) -> ChatCompletionRequest:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise OpenAIRequestError("'messages' must be a non-empty list of {role, content}.", param="messages")
-    tools = parse_tools(body)
+    tools = _tools(body)
     system: list[str] = []
     turns: list[tuple[str, str]] = []
     for index, message in enumerate(messages):
         param = f"messages[{index}]"
         if not isinstance(message, dict):
             raise OpenAIRequestError(f"'{param}' must be an object with 'role' and 'content'.", param=param)
-        role = message.get("role")
-        if role in SYSTEM_ROLES:
+        if message.get("role") in SYSTEM_ROLES:
             if turns:
                 raise OpenAIRequestError(
                     f"'{param}': system/developer messages must come before the conversation.", param=param
                 )
             system.append(message_text(message.get("content"), f"{param}.content"))
             continue
-        turn_role, content = history_turn(message, param=param, text=message_text)
-        turns.append((turn_role, checked_text(content, f"{param}.content")))
+        turns.append(_turn(messages, index))
     last = f"messages[{len(messages) - 1}]"
     if not turns or turns[-1][0] == "assistant":
-        raise OpenAIRequestError("The last message must be the user's (or a tool result).", param=last)
+        raise OpenAIRequestError("The last message must be the user's (or a tool's result).", param=last)
     if not turns[-1][1].strip():
         raise OpenAIRequestError("The last message must not be empty.", param=f"{last}.content")
-    if tools.structured is not None and (body.get("response_format") or body.get("structured_outputs")):
-        raise OpenAIRequestError(
-            "'tool_choice' forces a tool call; it cannot be combined with response_format or structured_outputs.",
-            param="tool_choice",
-        )
-    structured = tools.structured or _structured(body, response_format=body.get("response_format"))
+    structured = _structured(body, tools)
     sampling = _sampling(body, logprobs=chat_logprobs(body), logprobs_param="top_logprobs", structured=structured)
     return ChatCompletionRequest(
         model=model,
@@ -222,6 +249,7 @@ def parse_chat_completion(body: Any) -> ChatCompletionRequest:
         prompt=turns[-1][1],
         sampling=sampling,
         tools=tools,
+        last_role=turns[-1][0],
     )
 
 
@@ -246,7 +274,11 @@ def parse_completion(body: Any) -> CompletionRequest:
         checked_text(text, param)
         if not text.strip():
             raise OpenAIRequestError(f"'{param}' must not be empty.", param=param)
-    structured = _structured(body, response_format=None)
+    if body.get("response_format") is not None:
+        raise OpenAIRequestError(
+            "'response_format' is a chat parameter; use 'structured_outputs' here.", param="response_format"
+        )
+    structured = _structured(body)
     sampling = _sampling(body, logprobs=completion_logprobs(body), logprobs_param="logprobs", structured=structured)
     if len(prompts) * sampling.n > MAX_PROMPTS:
         raise OpenAIRequestError(

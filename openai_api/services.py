@@ -63,6 +63,7 @@ def chat_completion_create(*, user: User, request: ChatCompletionRequest) -> lis
                     system_prompt=request.system_prompt,
                     tools=request.tools.tools or None,
                     end_user=sampling.end_user,
+                    prompt_role=MessageRole(request.last_role),
                 )
             )
     return runs

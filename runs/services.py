@@ -68,13 +68,15 @@ def run_create(
     prompt_mode: PromptMode = PromptMode.CHAT,
     tools: list[dict[str, object]] | None = None,
     end_user: str = "",
+    prompt_role: MessageRole = MessageRole.USER,
 ) -> Run:
     """Stores the user's message and a queued run in one transaction; hands the run on after commit.
 
     Holds a ``SELECT ... FOR UPDATE`` lock on the chat so two concurrent posts to one chat serialize;
     the partial unique index ``one_active_run_per_chat`` is the last line of defence. ``system_prompt`` is
     the chat's own system message, if it has one (the fit check then counts it instead of the default).
-    ``prompt_mode``, ``tools`` and ``end_user`` are stored on the run as given (the OpenAI-compatible API's).
+    ``prompt_mode``, ``tools`` and ``end_user`` are stored on the run as given (the OpenAI-compatible API's);
+    ``prompt_role`` is the new message's role (``tool`` when an API call hands back a tool's result).
     """
     sampling = sampling or SamplingRequest()
     limits = user_limits(user=user)  # once per prompt: the cap, then admission
@@ -100,9 +102,7 @@ def run_create(
                     "This chat already has an answer in progress: wait for it or cancel it first.",
                     code="run_in_progress",
                 )
-            message = Message.objects.create(
-                chat=locked_chat, role=MessageRole.USER, content=content, token_count=token_count
-            )
+            message = Message.objects.create(chat=locked_chat, role=prompt_role, content=content, token_count=token_count)
             now = timezone.now()
             update_fields = ["updated_at"]
             locked_chat.updated_at = now
