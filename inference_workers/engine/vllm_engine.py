@@ -17,6 +17,7 @@ from core.config import EngineConfig
 # the web tier, the dispatcher and the simulated-engine tests import this module without ever building an engine.
 from core.generation import EngineFinishReason
 from inference_workers.engine.base import EngineStats, GenerationDelta, GenerationRequest, TpotWindow
+from inference_workers.engine.constraints import engine_logits_processors
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +120,7 @@ class VllmEngine:
             scheduling_policy="priority",
             gpu_memory_utilization=cfg.gpu_memory_utilization,
             disable_log_stats=False,
+            logits_processors=engine_logits_processors(),  # type: ignore[arg-type]
         )
         logger.info("building vLLM engine: %s", json.dumps({"model": cfg.model_path, "dtype": cfg.dtype}))
         self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[_make_stat_logger(self._sink)])
