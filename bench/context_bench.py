@@ -464,8 +464,8 @@ def route_reasons(log: Path) -> dict[str, int]:
 
 def post_and_wait(posts: list[tuple[Any, Any, str]], *, max_tokens: int, timeout_s: float = 600) -> list[TurnRow]:
     """Posts one message per ``(chat, user, content)`` at once, as the API does, and waits until all runs end."""
-    from runs.models import Run
     from core.sampling import SamplingSpec
+    from runs.models import Run
     from runs.services import SamplingRequest, run_create
 
     sampling = SamplingRequest(max_tokens=max_tokens, spec=SamplingSpec(temperature=0.0))

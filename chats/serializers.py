@@ -94,6 +94,7 @@ class MessageCreateSerializer(StrictSerializer):
             check_sampling(spec, max_tokens=attrs.get("max_tokens"))
         except SamplingError as exc:
             field = exc.param.split(".", 1)[0]
-            raise serializers.ValidationError({field if field in self.fields else "non_field_errors": [exc.message]})
+            key = field if field in self.fields else "non_field_errors"
+            raise serializers.ValidationError({key: [exc.message]}) from None
         attrs["spec"] = spec
         return attrs

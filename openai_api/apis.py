@@ -97,7 +97,7 @@ def _answer_texts(run_ids: list[int]) -> dict[int, str]:
 async def _stored_texts(runs: Sequence[Run], completions: Sequence[Completion]) -> list[str]:
     # The stream's text is the message; Postgres has it too, and is the record if the two ever differ.
     stored = await db_read(_answer_texts, [run.pk for run in runs])
-    return [stored.get(run.pk, completion.text) for run, completion in zip(runs, completions)]
+    return [stored.get(run.pk, completion.text) for run, completion in zip(runs, completions, strict=False)]
 
 
 def _failed(completions: Sequence[Completion]) -> JsonResponse | None:
@@ -196,7 +196,8 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
             messages=[message for message, _ in messages],
             completions=completions,
             finish_reasons=[
-                _chat_finish(parsed.tools, c, called=called) for c, (_, called) in zip(completions, messages)
+                _chat_finish(parsed.tools, c, called=called)
+                for c, (_, called) in zip(completions, messages, strict=True)
             ],
             logprobs=parsed.sampling.spec.logprobs is not None,
         )

@@ -110,7 +110,9 @@ def chat_body(
                 "logprobs": chat_logprobs(completion.logprobs) if logprobs else None,
                 "finish_reason": finish,
             }
-            for index, (message, completion, finish) in enumerate(zip(messages, completions, finish_reasons))
+            for index, (message, completion, finish) in enumerate(
+                zip(messages, completions, finish_reasons, strict=True)
+            )
         ],
         "usage": usage(completions),
     }
@@ -193,7 +195,7 @@ def text_body(
                 "logprobs": completion_logprobs(completion.logprobs, offset=0) if logprobs else None,
                 "finish_reason": completion.finish_reason,
             }
-            for index, (text, completion) in enumerate(zip(texts, completions))
+            for index, (text, completion) in enumerate(zip(texts, completions, strict=False))
         ],
         "usage": usage(completions, prompts=prompts),
     }

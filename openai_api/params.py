@@ -205,7 +205,8 @@ def parse_sampling(
     max_tokens = _integer(body, max_name, None)
     if max_tokens is not None and max_tokens < 1:
         raise OpenAIRequestError(f"'{max_name}' must be at least 1; got {max_tokens}.", param=max_name)
-    n = _integer(body, "n", 1) or 1
+    n = _integer(body, "n", 1)
+    n = 1 if n is None else n
     if not 1 <= n <= MAX_CHOICES:
         raise OpenAIRequestError(f"'n' must be between 1 and {MAX_CHOICES}; got {n}.", param="n")
     user = body.get("user")

@@ -35,7 +35,7 @@ from openai_api.params import (
     parse_sampling,
     refuse_unknown,
 )
-from openai_api.tools import ToolMode, ToolRequest, parse_tools, request_structured_outputs, tool_turn
+from openai_api.tools import ToolRequest, parse_tools, request_structured_outputs, tool_turn
 
 SYSTEM_ROLES = ("system", "developer")
 TURN_ROLES = ("user", "assistant")
@@ -121,6 +121,10 @@ def message_text(content: Any, param: str) -> str:
                     "text only.",
                     param=f"{param}[{index}]",
                 )
+            problem = text_problem(part["text"])
+            if problem is not None:
+                text_param = f"{param}[{index}].text"
+                raise OpenAIRequestError(f"'{text_param}' {problem}", param=text_param, code="invalid_text")
             parts.append(part["text"])
         return checked_text("".join(parts), param)
     raise OpenAIRequestError(f"'{param}' must be a string or a list of text parts.", param=param)
@@ -280,9 +284,9 @@ def parse_completion(body: Any) -> CompletionRequest:
         )
     structured = _structured(body)
     sampling = _sampling(body, logprobs=completion_logprobs(body), logprobs_param="logprobs", structured=structured)
-    if len(prompts) * sampling.n > MAX_PROMPTS:
+    choices = len(prompts) * sampling.n
+    if choices > MAX_PROMPTS:
         raise OpenAIRequestError(
-            f"{len(prompts)} prompts × n={sampling.n} is {len(prompts) * sampling.n} choices; at most {MAX_PROMPTS}.",
-            param="n",
+            f"{len(prompts)} prompts times n={sampling.n} is {choices} choices; at most {MAX_PROMPTS}.", param="n"
         )
     return CompletionRequest(model=model, prompts=prompts, sampling=sampling)

@@ -51,7 +51,7 @@ def chat_completion_create(*, user: User, request: ChatCompletionRequest) -> lis
                 )
             rows.extend(
                 Message(chat=chat, role=role, content=content, token_count=tokens)
-                for (role, content), tokens in zip(request.history, history_tokens)
+                for (role, content), tokens in zip(request.history, history_tokens, strict=False)
             )
             Message.objects.bulk_create(rows)  # in order: ids follow the conversation
             runs.append(

@@ -165,7 +165,7 @@ async def follow_choices(runs: Sequence[Run], completions: Sequence[Completion])
             async for piece in follow_run(runs[index], completions[index]):
                 await queue.put(ChoiceEvent(index=-1) if piece is None else ChoiceEvent(index=index, piece=piece))
             await queue.put(ChoiceEvent(index=index, ended=True))
-        except Exception as exc:  # handed to the consumer, which raises it
+        except Exception as exc:  # noqa: BLE001 - handed to the consumer, which raises it
             await queue.put(exc)
 
     tasks = [asyncio.ensure_future(pump(index)) for index in range(len(runs))]

@@ -102,7 +102,9 @@ def run_create(
                     "This chat already has an answer in progress: wait for it or cancel it first.",
                     code="run_in_progress",
                 )
-            message = Message.objects.create(chat=locked_chat, role=prompt_role, content=content, token_count=token_count)
+            message = Message.objects.create(
+                chat=locked_chat, role=prompt_role, content=content, token_count=token_count
+            )
             now = timezone.now()
             update_fields = ["updated_at"]
             locked_chat.updated_at = now

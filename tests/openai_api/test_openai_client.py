@@ -198,7 +198,10 @@ def test_n_choices_stream_side_by_side_and_the_usage_adds_up(live_stack: LiveSta
         user="customer-42",
     )
     chunks = list(stream)
-    texts = {i: "".join(c.choices[0].delta.content or "" for c in chunks if c.choices and c.choices[0].index == i) for i in range(3)}
+    texts = {
+        i: "".join(c.choices[0].delta.content or "" for c in chunks if c.choices and c.choices[0].index == i)
+        for i in range(3)
+    }
     runs = list(Run.objects.filter(user=user).select_related("assistant_message").order_by("pk"))
     assert len(runs) == 3
     assert [texts[i] for i in range(3)] == [r.assistant_message.content for r in runs if r.assistant_message]

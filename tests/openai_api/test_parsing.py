@@ -143,7 +143,7 @@ def test_completion_refusals_name_their_parameter(overrides: dict[str, Any], par
         ({"temperature": "hot"}, "temperature"),
         ({"max_tokens": 0}, "max_tokens"),
         ({"max_completion_tokens": True}, "max_completion_tokens"),
-        ({"response_format": {"type": "xml"}}, "response_format"),
+        ({"response_format": {"type": "xml"}}, "response_format.type"),
         ({"stream": "yes"}, "stream"),
     ],
 )

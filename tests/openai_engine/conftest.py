@@ -10,8 +10,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.live_stack import REAL_ENGINE_ENV, LiveStack, run_live_stack
-from tests.live_stack import settle_runs_fixture  # noqa: F401 - the shared fixture, for this package
+from tests.live_stack import (
+    REAL_ENGINE_ENV,
+    LiveStack,
+    run_live_stack,
+    settle_runs_fixture,  # noqa: F401 - the shared fixture, for this package
+)
 
 
 @pytest.fixture(scope="package", name="live_stack")

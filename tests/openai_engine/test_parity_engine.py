@@ -158,7 +158,12 @@ def test_a_named_tool_call_returns_arguments_that_validate(live_stack: LiveStack
     client = client_for(live_stack, roomy_user())
     tool_choice: Any = {"type": "function", "function": {"name": "get_weather"}}
     completion = ask(
-        client, "What is the weather in Paris?", max_tokens=60, temperature=0, tools=[WEATHER_TOOL], tool_choice=tool_choice
+        client,
+        "What is the weather in Paris?",
+        max_tokens=60,
+        temperature=0,
+        tools=[WEATHER_TOOL],
+        tool_choice=tool_choice,
     )
     calls = completion.choices[0].message.tool_calls
     assert calls is not None and len(calls) == 1
@@ -279,7 +284,7 @@ def test_vllms_benchmark_client_has_no_failed_request_and_its_ttft_is_the_runs(l
     runs = list(Run.objects.filter(user=user, prompt_mode="raw").order_by("pk"))[-4:]
     ttfts = results["openai"]["ttfts"]
     assert len(runs) == len(ttfts) == 4
-    for run, client_ttft in zip(runs, ttfts):
+    for run, client_ttft in zip(runs, ttfts, strict=False):
         assert run.first_token_at is not None
         server_ttft = (run.first_token_at - run.created_at).total_seconds()
         assert abs(client_ttft - server_ttft) < 0.05, (client_ttft, server_ttft)
