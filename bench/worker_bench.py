@@ -88,6 +88,7 @@ def rendered_prompts(concurrency: int, max_tokens: int) -> list[str]:
 
 def direct_wave(host: object, concurrency: int, max_tokens: int) -> Wave:
     prompts = rendered_prompts(concurrency, max_tokens)
+    from core.sampling import SamplingSpec
     from inference_workers.engine.base import GenerationRequest
     from inference_workers.engine.host import EngineHost
 
@@ -99,7 +100,10 @@ def direct_wave(host: object, concurrency: int, max_tokens: int) -> Wave:
 
     def one(i: int) -> None:
         request = GenerationRequest(
-            request_id=f"bench-{uuid.uuid4().hex[:8]}", prompt=prompts[i], max_tokens=max_tokens, temperature=0.0
+            request_id=f"bench-{uuid.uuid4().hex[:8]}",
+            prompt=prompts[i],
+            max_tokens=max_tokens,
+            sampling=SamplingSpec(temperature=0.0),
         )
         barrier.wait()
         started = time.monotonic()

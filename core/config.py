@@ -42,6 +42,10 @@ class EngineConfig:
     """Skip graph compilation: the engine is up in ~40 s on CPU instead of minutes."""
     enable_prefix_caching: bool
     """Reuse the KV cache of identical prompt prefixes (long chats keep a stable prefix)."""
+    structured_outputs_backend: str
+    """vLLM's structured-outputs backend (``guidance``, ``xgrammar``, ``outlines``, ``lm-format-enforcer``, ``auto``).
+    ``guidance`` (llguidance) by default: the web tier checks grammars and schemas with llguidance, so the engine
+    compiles them with the same library and a request the API accepted is one the engine can serve."""
     sim_step_base_s: float
     """Simulated engine: seconds per decode step with one running sequence."""
     sim_step_per_seq_s: float
@@ -173,6 +177,7 @@ def engine_config_from_env() -> EngineConfig:
         gpu_memory_utilization=env.float("ENGINE_GPU_MEMORY_UTILIZATION", default=0.85),
         enforce_eager=env.bool("ENGINE_ENFORCE_EAGER", default=True),
         enable_prefix_caching=env.bool("ENGINE_PREFIX_CACHING", default=True),
+        structured_outputs_backend=env.str("ENGINE_STRUCTURED_OUTPUTS_BACKEND", default="guidance"),
         sim_step_base_s=env.float("SIM_STEP_BASE_S", default=0.13),
         sim_step_per_seq_s=env.float("SIM_STEP_PER_SEQ_S", default=0.01),
         sim_prefill_per_token_s=env.float("SIM_PREFILL_PER_TOKEN_S", default=0.0002),

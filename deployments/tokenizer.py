@@ -108,9 +108,17 @@ def count_tokens(text: str) -> int:
     return len(request_tokenizer().encode(text, add_special_tokens=False))
 
 
-def apply_chat_template(messages: list[dict[str, str]]) -> str:
-    """Renders ``[{role, content}, ...]`` into the prompt text, ending with the assistant's turn opener."""
-    rendered: str = request_tokenizer().apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+def apply_chat_template(messages: list[dict[str, str]], *, tools: list[dict[str, Any]] | None = None) -> str:
+    """Renders ``[{role, content}, ...]`` into the prompt text, ending with the assistant's turn opener.
+
+    ``tools`` (OpenAI tool definitions) go to the template as Hugging Face's ``tools`` argument; a template that
+    knows no tools renders without them. None or empty: the template is called exactly as without tools.
+    """
+    tokenizer = request_tokenizer()
+    if tools:
+        rendered: str = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True)
+    else:
+        rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     return rendered
 
 

@@ -1,11 +1,13 @@
 """The prompt a run is generated from: ``chats.context`` plans the messages within the context budget (system,
-rolling summary, recent turns, the new message); this renders them with the model's chat template."""
+rolling summary, recent turns, the new message); this renders them with the model's chat template, with the
+run's tools when it has any. A raw run (``PromptMode.RAW``, ``/v1/completions``) is its user message's text as
+it is: no template, no history, no system prompt."""
 
 from __future__ import annotations
 
 from chats.context import ChatMessages, PromptPlan, plan_chat_prompt
 from deployments.tokenizer import apply_chat_template
-from runs.models import Run
+from runs.models import PromptMode, Run
 
 
 def plan_run_prompt(*, run: Run) -> PromptPlan:
@@ -24,4 +26,6 @@ def build_prompt_messages(*, run: Run) -> ChatMessages:
 
 
 def build_run_prompt(*, run: Run) -> str:
-    return apply_chat_template(build_prompt_messages(run=run))
+    if run.prompt_mode == PromptMode.RAW:
+        return run.user_message.content
+    return apply_chat_template(build_prompt_messages(run=run), tools=run.tools or None)

@@ -3,16 +3,23 @@
 Built once per worker process at worker start (see :mod:`inference_workers.signals`) before the worker
 consumes anything; Celery task threads reach it through :func:`get_runtime`. The heartbeat thread also copies
 the engine's ``vllm:*`` metrics to Redis every ``WORKER_METRICS_PUBLISH_S`` for the web's ``/metrics``.
+
+When the engine dies (vLLM's engine core exits: ``EngineDeadError``, unrecoverable) the process must not take
+more runs: the runtime stops its heartbeat (the dispatcher stops counting its slots), drops its heartbeat key and
+sends itself SIGTERM, a Celery warm shutdown; the supervisor (supervisord, compose) starts a fresh process with a
+new engine. The runs that were in flight are left streaming, their leases released, and the reaper requeues them
+(``WORKER_MAX_ATTEMPTS`` bounds a request that kills every engine it reaches).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import redis
@@ -71,6 +78,12 @@ class ActiveRun:
     cancel_requested: threading.Event = field(default_factory=threading.Event)
 
 
+def terminate_process() -> None:
+    """SIGTERM to this process: a Celery worker shuts down warm (it stops consuming, lets its task threads end
+    and gives back the messages it had not started); a plain script exits."""
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 class WorkerRuntime:
     def __init__(
         self,
@@ -81,6 +94,7 @@ class WorkerRuntime:
         engine: InferenceEngine | None = None,
         client: redis.Redis | None = None,
         metrics_registry: CollectorRegistry = REGISTRY,
+        exit_process: Callable[[], None] = terminate_process,
     ) -> None:
         self.worker_name = worker_name
         self.lease_value = f"{worker_name}/{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -93,6 +107,8 @@ class WorkerRuntime:
         self._threads: list[threading.Thread] = []
         self.metrics_registry = metrics_registry
         self._metrics_published_at = float("-inf")
+        self.exit_process = exit_process
+        self.host.on_dead = self._engine_died
 
     # lifecycle
 
@@ -110,6 +126,16 @@ class WorkerRuntime:
             thread.join(timeout=5)
         self.client.delete(heartbeat_key(self.worker_name), engine_metrics_key(self.worker_name))
         self.host.shutdown()
+
+    def _engine_died(self, reason: str) -> None:
+        """The engine is gone for good: stop advertising this worker and end the process (see the module doc)."""
+        logger.critical("worker %s: the engine died (%s); stopping this worker", self.worker_name, reason)
+        self._stop.set()  # no more heartbeats: the dispatcher stops counting these slots, leases lapse
+        try:
+            self.client.delete(heartbeat_key(self.worker_name))
+        except redis.RedisError as exc:
+            logger.warning("could not delete the heartbeat (%s); it expires by itself", exc)
+        self.exit_process()
 
     # runs
 

@@ -2,8 +2,9 @@
 
 Stream events written here (see ``runs.streaming.contract``): ``status`` {status, attempt, worker} when
 generation starts; ``reset`` {attempt} first when a previous attempt had written events (clients drop its
-text); ``delta`` {text, tokens}. The terminal ``done`` or ``error`` event is written by the run lifecycle
-when the run ends (``runs.services``), whoever ends it.
+text); ``delta`` {text, tokens}, plus ``logprobs`` (one entry per token) when the run asked for them. The
+terminal ``done`` or ``error`` event is written by the run lifecycle when the run ends (``runs.services``),
+whoever ends it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import redis
 from django.conf import settings
@@ -20,12 +22,13 @@ from django.utils import timezone
 
 from core.db_executor import CONNECTION_ERRORS
 from core.generation import EngineFinishReason, GenerationResult
+from core.sampling import SamplingSpec
 from inference_workers.engine.base import GenerationRequest
-from inference_workers.engine.host import EngineError
+from inference_workers.engine.host import EngineDied, EngineError
 from inference_workers.prompting import build_run_prompt
 from inference_workers.runtime import WorkerRuntime
 from runs.events import RunEvent, log_run_event, seconds_between
-from runs.models import RunStatus
+from runs.models import Run, RunStatus
 from runs.services import run_fail, run_finish, run_mark_first_token, run_mark_streaming
 from runs.streaming.contract import RunStreamWriter, StreamEvent
 from runs.streaming.load import current_flush_interval
@@ -46,8 +49,21 @@ class StreamLost(RuntimeError):
     attempt lost the run's lease meanwhile. The attempt stops; the reaper requeues the run."""
 
 
+@dataclass
+class _Part:
+    """One engine delta not yet in the stream."""
+
+    text: str
+    tokens: int
+    logprobs: list[dict[str, Any]] = field(default_factory=list)
+
+
 class DeltaCoalescer:
     """Buffers deltas: the first text goes out at once, then every ``interval_s`` or ``max_tokens`` tokens.
+
+    With ``logprobs`` (the run asked for them) each part keeps its tokens' logprob entries and every delta event
+    carries those of its tokens, ``"logprobs": [...]``; a flush of tokens without text (the end-of-sequence
+    token) is then written too, so every token's entry reaches the stream. Without, such a flush writes nothing.
 
     It rides out a short Redis outage (a restart): an append that fails keeps its text buffered and the next
     flush, ``retry_s`` later, tries again, so generation goes on and nothing is lost or sent twice. Before the
@@ -67,6 +83,7 @@ class DeltaCoalescer:
         owns: Callable[[], bool] = lambda: True,
         outage_limit_s: float = 10.0,
         retry_s: float = 0.25,
+        logprobs: bool = False,
     ) -> None:
         self.writer = writer
         self.interval_s = interval_s
@@ -75,9 +92,12 @@ class DeltaCoalescer:
         self.owns = owns
         self.outage_limit_s = outage_limit_s
         self.retry_s = retry_s
-        self.parts: list[tuple[str, int]] = []
-        """(text, tokens) not yet in the stream."""
+        self.logprobs = logprobs
+        self.parts: list[_Part] = []
+        """Deltas not yet in the stream."""
         self.text_parts: list[str] = []
+        self.logprob_entries: list[dict[str, Any]] = []
+        """Every logprob entry so far (with ``logprobs``): a resend after lost entries sends them all again."""
         self.tokens = 0
         self.last_flush = 0.0
         self.flushes = 0
@@ -92,13 +112,15 @@ class DeltaCoalescer:
 
     @property
     def buffered_tokens(self) -> int:
-        return sum(tokens for _, tokens in self.parts)
+        return sum(part.tokens for part in self.parts)
 
-    def add(self, text: str, tokens: int) -> None:
+    def add(self, text: str, tokens: int, logprobs: list[dict[str, Any]] | None = None) -> None:
         if not text and not tokens:
             return
-        self.parts.append((text, tokens))
+        entries = list(logprobs or []) if self.logprobs else []
+        self.parts.append(_Part(text, tokens, entries))
         self.text_parts.append(text)
+        self.logprob_entries.extend(entries)
         self.tokens += tokens
         if self.flushes == 0 or self.buffered_tokens >= self.max_tokens:
             self.flush()
@@ -140,10 +162,13 @@ class DeltaCoalescer:
 
     def _append_buffered(self) -> None:
         count = len(self.parts)
-        text = "".join(part for part, _ in self.parts)
-        if text:
+        text = "".join(part.text for part in self.parts)
+        data: dict[str, Any] = {"text": text, "tokens": self.buffered_tokens}
+        if self.logprobs:
+            data["logprobs"] = [entry for part in self.parts for entry in part.logprobs]
+        if text or data.get("logprobs"):
             try:
-                self.writer.append(StreamEvent.DELTA, {"text": text, "tokens": self.buffered_tokens})
+                self.writer.append(StreamEvent.DELTA, data)
             except STREAM_ERRORS:
                 self._unsure = (self.writer.seq + 1, count)
                 raise
@@ -171,7 +196,7 @@ class DeltaCoalescer:
                 self.writer.seq,
             )
             self.writer.append(StreamEvent.RESET, {})
-            self.parts = [(self.text, self.tokens)]
+            self.parts = [_Part(self.text, self.tokens, list(self.logprob_entries))]
 
 
 def _with_db_retry(write: Callable[[], T], *, run_id: int, what: str) -> T:
@@ -200,7 +225,12 @@ def generate_run(*, run_id: int, runtime: WorkerRuntime) -> RunStatus | None:
     Safe to call again for the same run (a redelivered task): a run that another live attempt holds is
     skipped, a run whose previous attempt died restarts with a ``reset`` event, and only the attempt that
     still owns the run may write its assistant message.
+
+    Raises :class:`EngineDied` without touching the run when this worker's engine is dead (the task goes back
+    to the queue for a live worker); a run whose engine dies while it is generated is left to the reaper.
     """
+    if runtime.host.dead is not None:
+        raise EngineDied(runtime.host.dead)
     if not runtime.claim(run_id):
         logger.info("run %s: another attempt holds it; skipping this delivery", run_id)
         return None
@@ -228,17 +258,10 @@ def _generate_claimed(*, run_id: int, runtime: WorkerRuntime) -> RunStatus | Non
     try:
         try:
             prompt = build_run_prompt(run=run)
-        except Exception as exc:  # a prompt we cannot build fails this run, not the worker
+            request = run_generation_request(run=run, request_id=active.request_id, prompt=prompt)
+        except Exception as exc:  # a prompt (or stored sampling) we cannot use fails this run, not the worker
             logger.exception("run %s: building the prompt failed", run_id)
             return _fail(run_id=run_id, attempt=attempt, error=f"Could not build the prompt: {exc}")
-        request = GenerationRequest(
-            request_id=active.request_id,
-            prompt=prompt,
-            max_tokens=run.max_tokens,
-            temperature=run.temperature,
-            top_p=run.top_p,
-            priority=run.priority,
-        )
         streams = settings.STREAMS
         coalescer = DeltaCoalescer(
             writer,
@@ -247,6 +270,7 @@ def _generate_claimed(*, run_id: int, runtime: WorkerRuntime) -> RunStatus | Non
             owns=lambda: runtime.holds(run_id),
             # Past the lease's TTL without Redis the lease is gone: the run is the reaper's to requeue.
             outage_limit_s=float(settings.WORKERS.heartbeat_ttl_s),
+            logprobs=request.sampling.logprobs is not None,
         )
         input_tokens = output_tokens = 0
         finish_reason = EngineFinishReason.ABORT
@@ -268,7 +292,8 @@ def _generate_claimed(*, run_id: int, runtime: WorkerRuntime) -> RunStatus | Non
                         input_tokens = delta.prompt_tokens
                     first_token = output_tokens == 0 and delta.new_tokens > 0
                     output_tokens += delta.new_tokens
-                    coalescer.add(delta.text, delta.new_tokens)  # the first text goes out before any bookkeeping
+                    # The first text goes out before any bookkeeping.
+                    coalescer.add(delta.text, delta.new_tokens, delta.logprobs)
                     if first_token:
                         _mark_first_token(run_id=run_id, attempt=attempt)
                         log_run_event(
@@ -280,6 +305,10 @@ def _generate_claimed(*, run_id: int, runtime: WorkerRuntime) -> RunStatus | Non
                         )
                     if delta.finish_reason is not None:
                         finish_reason = EngineFinishReason(delta.finish_reason)
+            except EngineDied as exc:
+                # Not this run's fault: its lease is released (below) and the reaper requeues it on a live worker.
+                logger.error("run %s: the engine died (%s); attempt %s stops for the reaper", run_id, exc, attempt)
+                return None
             except EngineError as exc:
                 coalescer.drain()
                 return _fail(run_id=run_id, attempt=attempt, error=f"The engine failed: {exc}")
@@ -295,6 +324,15 @@ def _generate_claimed(*, run_id: int, runtime: WorkerRuntime) -> RunStatus | Non
         text=coalescer.text, input_tokens=input_tokens, output_tokens=output_tokens, finish_reason=finish_reason
     )
     return _finish(run_id=run_id, attempt=attempt, result=result)
+
+
+def run_generation_request(*, run: Run, request_id: str, prompt: str) -> GenerationRequest:
+    """What the engine is asked for this run: its prompt, ``max_tokens``, priority and every sampling parameter
+    it stored (``Run.temperature``/``Run.top_p`` plus ``Run.sampling``)."""
+    spec = SamplingSpec.from_json(run.sampling or {}, temperature=run.temperature, top_p=run.top_p)
+    return GenerationRequest(
+        request_id=request_id, prompt=prompt, max_tokens=run.max_tokens, sampling=spec, priority=run.priority
+    )
 
 
 def _mark_first_token(*, run_id: int, attempt: int) -> None:

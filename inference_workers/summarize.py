@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 
+from core.sampling import SamplingSpec
 from inference_workers.engine.base import GenerationRequest
 from inference_workers.engine.host import EngineHost
 from inference_workers.runtime import get_runtime
@@ -29,7 +30,7 @@ def generate_text(
         request_id=request_id or f"bg-{uuid.uuid4().hex[:12]}",
         prompt=prompt,
         max_tokens=max_tokens,
-        temperature=temperature,
+        sampling=SamplingSpec(temperature=temperature),
         priority=priority,
     )
     parts = [delta.text for delta in host.stream(request) if delta is not None]

@@ -6,12 +6,14 @@ from __future__ import annotations
 import logging
 
 from celery import Task, shared_task
+from celery.exceptions import Reject
 from django.conf import settings
 
 from chats.models import Chat
 from chats.summary import chat_summary_refresh, engine_has_room_for_background
 from core.redis_client import get_redis
 from core.worker_contract import GENERATE_TASK, SUMMARIZE_TASK, summary_pending_key
+from inference_workers.engine.host import EngineDied
 from inference_workers.runtime import get_runtime
 from inference_workers.services import generate_run
 from inference_workers.summarize import generate_text
@@ -25,9 +27,15 @@ SUMMARY_MAX_DEFERRALS = 120
 
 @shared_task(name=GENERATE_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def generate(run_id: int) -> str | None:
-    """Generates run ``run_id`` on this worker's engine (idempotent for redeliveries)."""
+    """Generates run ``run_id`` on this worker's engine (idempotent for redeliveries).
+
+    A worker whose engine died (it is shutting down) hands the task back to the queue for a live worker.
+    """
     try:
         status = generate_run(run_id=run_id, runtime=get_runtime())
+    except EngineDied as exc:
+        logger.warning("run %s: this worker's engine is dead (%s); the task goes back to the queue", run_id, exc)
+        raise Reject(str(exc), requeue=True) from exc
     except Run.DoesNotExist:
         logger.warning("run %s does not exist (deleted with its chat?); dropping the task", run_id)
         return None

