@@ -2,9 +2,9 @@
 
 Stream events written here (see ``runs.streaming.contract``): ``status`` {status, attempt, worker} when
 generation starts; ``reset`` {attempt} first when a previous attempt had written events (clients drop its
-text); ``delta`` {text, tokens}, plus ``logprobs`` (one entry per token) when the run asked for them. The
-terminal ``done`` or ``error`` event is written by the run lifecycle when the run ends (``runs.services``),
-whoever ends it.
+text); ``delta`` {text, tokens}, plus ``logprobs`` (one entry per token) when the run asked for them, and
+``prompt_tokens`` on the first one. The terminal ``done`` or ``error`` event is written by the run lifecycle
+when the run ends (``runs.services``), whoever ends it.
 """
 
 from __future__ import annotations
@@ -99,6 +99,9 @@ class DeltaCoalescer:
         self.logprob_entries: list[dict[str, Any]] = []
         """Every logprob entry so far (with ``logprobs``): a resend after lost entries sends them all again."""
         self.tokens = 0
+        self.prompt_tokens: int | None = None
+        """The prompt's length as the engine counted it, once known: the first delta written carries it (an
+        OpenAI stream's running usage, ``stream_options.continuous_usage_stats``)."""
         self.last_flush = 0.0
         self.flushes = 0
         self._down_since: float | None = None
@@ -164,6 +167,8 @@ class DeltaCoalescer:
         count = len(self.parts)
         text = "".join(part.text for part in self.parts)
         data: dict[str, Any] = {"text": text, "tokens": self.buffered_tokens}
+        if self.flushes == 0 and self.prompt_tokens is not None:
+            data["prompt_tokens"] = self.prompt_tokens
         if self.logprobs:
             data["logprobs"] = [entry for part in self.parts for entry in part.logprobs]
         if text or data.get("logprobs"):
@@ -289,7 +294,7 @@ def _generate_claimed(*, run_id: int, runtime: WorkerRuntime) -> RunStatus | Non
                         coalescer.flush_if_due()
                         continue
                     if delta.prompt_tokens is not None:
-                        input_tokens = delta.prompt_tokens
+                        input_tokens = coalescer.prompt_tokens = delta.prompt_tokens
                     first_token = output_tokens == 0 and delta.new_tokens > 0
                     output_tokens += delta.new_tokens
                     # The first text goes out before any bookkeeping.

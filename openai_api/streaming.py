@@ -130,6 +130,8 @@ async def follow_run(run: Run, completion: Completion) -> AsyncIterator[Piece | 
                         "already sent; send the request again.",
                     }
                     return
+                if "prompt_tokens" in entry.data and not completion.prompt_tokens:
+                    completion.prompt_tokens = int(entry.data["prompt_tokens"])
                 if text or logprobs:
                     tokens = len(logprobs) if logprobs else int(entry.data.get("tokens", 0))
                     completion.text += text

@@ -5,7 +5,8 @@ integer ids ``0-1, 0-2, ...`` so the SSE ``id:`` is the plain sequence number (d
 ids with ``int()``). Every entry has two fields: ``event`` (one of :class:`StreamEvent`) and ``data``
 (a JSON object). The stream ends with exactly one terminal event (``done`` or ``error``).
 
-A ``delta`` is ``{"text": str, "tokens": int}``, plus ``"logprobs"`` when the run asked for them
+A ``delta`` is ``{"text": str, "tokens": int}``, with ``"prompt_tokens"`` (the prompt's length as the engine
+counted it) on an attempt's first delta, plus ``"logprobs"`` when the run asked for them
 (``SamplingSpec.logprobs``): one entry per generated token, in OpenAI's shape,
 ``{"token": str, "logprob": float, "bytes": [int], "top_logprobs": [{"token", "logprob", "bytes"}]}``.
 """
