@@ -143,6 +143,8 @@ async def _create(
         parsed = parse(read_body(request))
     except OpenAIRequestError as exc:
         return from_request_error(exc)
+    except DomainError as exc:  # the model is still being prepared (its tokenizer checks token ids): a 503
+        return from_domain_error(exc)
     refused = _unknown_model(parsed.model)
     if refused is not None:
         return refused

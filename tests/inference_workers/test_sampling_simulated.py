@@ -184,7 +184,9 @@ def test_a_raw_run_is_its_user_messages_text_exactly() -> None:
     message = MessageFactory.create(chat=chat, content=content)
     run = RunFactory.create(chat=chat, user_message=message, prompt_mode=PromptMode.RAW)
     assert build_run_prompt(run=run) == content
-    chat_run = RunFactory.create(chat=chat, user_message=MessageFactory.create(chat=chat, content=content))
+    chat_run = RunFactory.create(
+        chat=chat, user_message=MessageFactory.create(chat=chat, content=content), status=RunStatus.DONE
+    )
     assert build_run_prompt(run=chat_run) != content  # a chat run goes through the template
 
 

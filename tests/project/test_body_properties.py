@@ -10,7 +10,7 @@ is accepted is not waited for (no worker runs here): the run's end is stubbed, t
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -26,7 +26,7 @@ from accounts.models import User
 from chats.models import Chat, Message
 from core.json_body import MAX_JSON_DEPTH
 from openai_api import apis as openai_apis
-from openai_api.streaming import Completion
+from openai_api.streaming import ChoiceEvent, Completion
 from runs.models import Run
 from tests.factories import ChatFactory, UserFactory
 
@@ -279,14 +279,16 @@ def test_post_token(owner: User, body: Any) -> None:
 def no_waiting(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """An accepted completion ends at once: no worker runs in this test."""
 
-    async def collect(run: Run) -> Completion:
-        return Completion(text="ok", finish_reason="stop", usage={"prompt_tokens": 1})
+    async def collect(runs: Sequence[Run]) -> list[Completion]:
+        return [Completion(text="ok", finish_reason="stop", prompt_tokens=1) for _ in runs]
 
-    async def sse_chunks(run: Run, **_: Any) -> AsyncIterator[bytes]:
-        yield b"data: [DONE]\n\n"
+    async def follow_choices(runs: Sequence[Run], completions: Sequence[Completion]) -> AsyncIterator[ChoiceEvent]:
+        for index, completion in enumerate(completions):
+            completion.finish_reason = "stop"
+            yield ChoiceEvent(index=index, ended=True)
 
     monkeypatch.setattr(openai_apis, "collect", collect)
-    monkeypatch.setattr(openai_apis, "sse_chunks", sse_chunks)
+    monkeypatch.setattr(openai_apis, "follow_choices", follow_choices)
     yield
 
 

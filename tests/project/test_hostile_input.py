@@ -129,12 +129,16 @@ def test_text_postgres_cannot_store_is_400_naming_the_field(
 
 
 def test_unknown_fields_on_a_prompt_are_400_naming_them(api: APIClient, user: User) -> None:
-    """``ignore_eos``, ``stop`` and ``response_format`` were accepted (202) and silently ignored."""
+    """``ignore_eos`` and ``logprobs`` were once accepted (202) and silently ignored; this endpoint does not take
+    them (``/v1`` does)."""
     chat = ChatFactory.create(owner=user)
-    body = {"content": "hi", "ignore_eos": True, "stop": ["\n"], "response_format": {"type": "json_object"}}
+    body = {"content": "hi", "ignore_eos": True, "logprobs": True, "stop": ["\n"]}
     error = _error(api.post(f"/api/chats/{chat.pk}/messages", body, format="json"), 400, "invalid")
-    accepted = "is not a field of this request; it accepts content, max_tokens, temperature, top_p."
-    assert error["fields"] == {"ignore_eos": [accepted], "stop": [accepted], "response_format": [accepted]}
+    accepted = (
+        "is not a field of this request; it accepts content, max_tokens, temperature, top_p, stop, seed, "
+        "response_format."
+    )
+    assert error["fields"] == {"ignore_eos": [accepted], "logprobs": [accepted]}
     assert error["message"].startswith(f"ignore_eos: {accepted}")
     assert not Message.objects.exists() and not Run.objects.exists()
 
