@@ -184,9 +184,8 @@ def test_a_raw_run_is_its_user_messages_text_exactly() -> None:
     message = MessageFactory.create(chat=chat, content=content)
     run = RunFactory.create(chat=chat, user_message=message, prompt_mode=PromptMode.RAW)
     assert build_run_prompt(run=run) == content
-    chat_run = RunFactory.create(
-        chat=chat, user_message=MessageFactory.create(chat=chat, content=content), status=RunStatus.DONE
-    )
+    other = ChatFactory.create(owner=chat.owner)  # one active run per chat
+    chat_run = RunFactory.create(chat=other, user_message=MessageFactory.create(chat=other, content=content))
     assert build_run_prompt(run=chat_run) != content  # a chat run goes through the template
 
 
@@ -212,7 +211,7 @@ def tools_tokenizer(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def test_a_chat_runs_tools_reach_the_chat_template(tools_tokenizer: None) -> None:
     with_tools = RunFactory.create(tools=[TOOL])
     prompt = build_run_prompt(run=with_tools)
-    assert prompt.startswith("TOOLS:get_weather;\n") and with_tools.user_message.content in prompt
+    assert prompt.startswith("TOOLS:get_weather;") and with_tools.user_message.content in prompt
     without = RunFactory.create()
     assert "TOOLS" not in build_run_prompt(run=without)
 
