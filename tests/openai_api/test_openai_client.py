@@ -226,7 +226,7 @@ def test_n_choices_count_against_the_concurrency_cap_and_a_refusal_writes_nothin
 def test_continuous_usage_counts_up_to_the_final_usage(live_stack: LiveStack) -> None:
     client = client_for(live_stack, UserFactory.with_tier("pro"))
     chunks = list(
-        client.chat.completions.create(
+        client.chat.completions.create(  # type: ignore[call-overload]
             model=MODEL,
             messages=[{"role": "user", "content": "Tell me a story."}],
             max_tokens=10,
