@@ -67,7 +67,7 @@ machine builder per name here (``inference_workers.engine.constraints.BUILDERS``
 def check_constraint(value: object) -> dict[str, Any]:
     """``value`` as ``{"name", "args"}`` with its args normalized; :class:`SamplingError` saying what to fix."""
     if not isinstance(value, dict):
-        raise _fail(f"'constraint' must be an object {{\"name\": ..., \"args\": {{...}}}}; got {type(value).__name__}.")
+        raise _fail(f'\'constraint\' must be an object {{"name": ..., "args": {{...}}}}; got {type(value).__name__}.')
     unknown = sorted(set(value) - {"name", "args"})
     if unknown:
         raise _fail(f"'constraint' takes only 'name' and 'args'; got {unknown}.")
