@@ -165,7 +165,10 @@ async def engine_table(args: argparse.Namespace, model_path: str) -> dict[tuple[
 
 
 def processor_table(args: argparse.Namespace, model_path: str) -> dict[tuple[str, int], float]:
-    """Microseconds per step of update_state + apply alone, on the model's vocabulary (median of steps)."""
+    """Microseconds per step of update_state + apply alone, on the model's vocabulary.
+
+    The three cases take turns step by step (so a busy neighbour slows them alike); median over the steps.
+    """
     import torch
     from transformers import AutoTokenizer
     from vllm import SamplingParams
@@ -176,28 +179,38 @@ def processor_table(args: argparse.Namespace, model_path: str) -> dict[tuple[str
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     vocab = len(tokenizer)
     rng = random.Random(args.seed)
+    classes: dict[str, type[Any]] = {
+        "none": ConstraintLogitsProcessor,
+        "batch": ConstraintLogitsProcessor,
+        "per-request": PerRequestConstraintProcessor,
+    }
     out: dict[tuple[str, int], float] = {}
     for batch in args.batch_sizes:
         base = torch.randn(batch, vocab)
-        for case, cls in (("batch", ConstraintLogitsProcessor), ("per-request", PerRequestConstraintProcessor)):
-            processor: Any = cls(None, torch.device("cpu"), False, tokenizer=tokenizer)
-            outputs: list[list[int]] = [[] for _ in range(batch)]
+        catalogues = [catalogue(rng, args.items) for _ in range(batch)]
+        processors: dict[str, Any] = {}
+        outputs: dict[str, list[list[int]]] = {}
+        for case, cls in classes.items():
+            processors[case] = cls(None, torch.device("cpu"), False, tokenizer=tokenizer)
+            outputs[case] = [[] for _ in range(batch)]
             added = [
-                (i, SamplingParams(extra_args=extra_args(case, catalogue(rng, args.items))), [1], outputs[i])
-                for i in range(batch)
+                (i, SamplingParams(extra_args=extra_args(case, items)), [1], outputs[case][i])
+                for i, items in enumerate(catalogues)
             ]
-            processor.update_state(BatchUpdate(batch_size=batch, removed=[], moved=[], added=added))
-            logits = base.clone()
-            times = []
-            for _ in range(args.micro_steps):
+            processors[case].update_state(BatchUpdate(batch_size=batch, removed=[], moved=[], added=added))
+        times: dict[str, list[float]] = {case: [] for case in classes}
+        logits = base.clone()
+        for _ in range(args.micro_steps):
+            for case, processor in processors.items():
                 logits.copy_(base)
                 t = time.perf_counter()
                 processor.update_state(None)
                 processor.apply(logits)
-                times.append(time.perf_counter() - t)
+                times[case].append(time.perf_counter() - t)
                 for row, token in enumerate(logits.argmax(dim=-1).tolist()):
-                    outputs[row].append(token)
-            out[(case, batch)] = statistics.median(times[1:]) * 1e6  # the first step builds the tries
+                    outputs[case][row].append(token)
+        for case in classes:
+            out[(case, batch)] = statistics.median(times[case][1:]) * 1e6  # the first step builds the tries
     return out
 
 
@@ -208,7 +221,7 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=32, help="catalogue items per request")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--micro-steps", type=int, default=64, help="steps per batch size, processors alone")
+    parser.add_argument("--micro-steps", type=int, default=128, help="steps per batch size, processors alone")
     parser.add_argument("--skip-engine", action="store_true", help="only the processors-alone table")
     args = parser.parse_args()
     cfg = engine_config_from_env()
@@ -234,10 +247,12 @@ def main() -> None:
 
     micro = processor_table(args, cfg.model_path)
     print("\nprocessors alone: microseconds per step (update_state + apply, [batch, vocab] float32 logits)")
-    print(f"{'batch':>5} {'batch-level':>12} {'per-request':>12} {'per-req/batch':>14} {'per-req us/row':>15}")
+    print(
+        f"{'batch':>5} {'none':>6} {'batch-level':>12} {'per-request':>12} {'per-req/batch':>14} {'per-req us/row':>15}"
+    )
     for b in args.batch_sizes:
-        bl, pr = micro[("batch", b)], micro[("per-request", b)]
-        print(f"{b:>5} {bl:>12.0f} {pr:>12.0f} {pr / bl:>14.2f} {pr / b:>15.0f}")
+        none, bl, pr = (micro[(c, b)] for c in CASES)
+        print(f"{b:>5} {none:>6.0f} {bl:>12.0f} {pr:>12.0f} {pr / bl:>14.2f} {pr / b:>15.0f}")
 
 
 if __name__ == "__main__":

@@ -76,6 +76,7 @@ async def _scenario(engine: VllmEngine) -> dict[str, Any]:
     free = SamplingParams(max_tokens=32, temperature=0.0)
     jobs.append(_generate(llm, chat_prompt(tokenizer, QUESTION), free, "free"))
     outputs = await asyncio.gather(*jobs)
+    print("answers:", [o.text for o in outputs])  # shown with -s
 
     bad = SamplingParams(max_tokens=8, extra_args={"constraint": {"name": "catalogue", "args": {"items": []}}})
     refused: Exception | None = None
