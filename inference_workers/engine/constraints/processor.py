@@ -3,10 +3,12 @@
 :class:`ConstraintLogitsProcessor` is the one the engine registers. vLLM calls it once per step for the whole
 batch: ``update_state`` tracks which persistent-batch row holds which constrained request (added, removed,
 moved), and ``apply`` advances each constrained request's state machine with its new output tokens, gathers the
-allowed (row, token) pairs of all of them and masks the batch in three tensor operations (save the allowed
-logits, fill the constrained rows with -inf, put the saved logits back). The Python work per step is one
-tuple read per constrained request; the tensor work does not grow with the number of calls. A batch where no
-request has a constraint costs one dict check.
+allowed (row, token) pairs of all of them and masks the batch in three tensor operations whatever its size
+(save the allowed logits, fill the constrained rows with -inf, put the saved logits back). The Python work per
+step is one precomputed tuple per constrained request; what still grows with the batch is the memory the fill
+writes (a vocabulary-wide row per constrained request). A batch where no request has a constraint costs one dict
+check. The states advance in ``apply``, not in ``update_state``: under async scheduling the newest output token
+is a placeholder (-1) until just before sampling.
 
 :class:`PerRequestConstraintProcessor` runs the same state machines the way vLLM V0 ran logits processors: one
 Python call per request per step, each masking its own row (through vLLM's ``AdapterLogitsProcessor``). It is
