@@ -3,10 +3,12 @@
 :class:`ConstraintLogitsProcessor` is the one the engine registers. vLLM calls it once per step for the whole
 batch: ``update_state`` tracks which persistent-batch row holds which constrained request (added, removed,
 moved), and ``apply`` advances each constrained request's state machine with its new output tokens, gathers the
-allowed (row, token) pairs of all of them and masks the batch in three tensor operations (save the allowed
-logits, fill the constrained rows with -inf, put the saved logits back). The Python work per step is one
-tuple read per constrained request; the tensor work does not grow with the number of calls. A batch where no
-request has a constraint costs one dict check.
+allowed (row, token) pairs of all of them and masks the batch in three tensor operations whatever its size
+(save the allowed logits, fill the constrained rows with -inf, put the saved logits back). The Python work per
+step is one precomputed tuple per constrained request; what still grows with the batch is the memory the fill
+writes (a vocabulary-wide row per constrained request). A batch where no request has a constraint costs one dict
+check. The states advance in ``apply``, not in ``update_state``: under async scheduling the newest output token
+is a placeholder (-1) until just before sampling.
 
 :class:`PerRequestConstraintProcessor` runs the same state machines the way vLLM V0 ran logits processors: one
 Python call per request per step, each masking its own row (through vLLM's ``AdapterLogitsProcessor``). It is
@@ -37,16 +39,19 @@ if TYPE_CHECKING:
     from vllm.config import VllmConfig
 
 EXTRA_ARGS_KEY = "constraint"
+PER_REQUEST_EXTRA_ARGS_KEY = "constraint_per_request"
+"""The benchmark's requests name their constraint here to have the per-request processor run it instead, so
+both processors serve one engine and the benchmark compares them on the same batches."""
 
 
-def request_constraint(params: SamplingParams) -> object | None:
-    """The ``{"name", "args"}`` a request asked for in ``extra_args``, or None."""
+def request_constraint(params: SamplingParams, key: str = EXTRA_ARGS_KEY) -> object | None:
+    """The ``{"name", "args"}`` a request asked for in ``extra_args[key]``, or None."""
     extra = params.extra_args
-    return extra.get(EXTRA_ARGS_KEY) if extra else None
+    return extra.get(key) if extra else None
 
 
-def validate_constraint_params(params: SamplingParams) -> None:
-    constraint = request_constraint(params)
+def validate_constraint_params(params: SamplingParams, key: str = EXTRA_ARGS_KEY) -> None:
+    constraint = request_constraint(params, key)
     if constraint is not None:
         try:
             check_constraint(constraint)
@@ -54,19 +59,27 @@ def validate_constraint_params(params: SamplingParams) -> None:
             raise ValueError(error.message) from error
 
 
-class _Factories:
-    """The engine's tokenizer and the state factories made with it, both made on first use."""
+class TokenizerStates:
+    """Makes a request's constraint state with a tokenizer: the engine's own, loaded on first use, by default.
 
-    def __init__(self, vllm_config: VllmConfig) -> None:
-        self._model_config = vllm_config.model_config
+    Tests and the benchmark pass one (``tokenizer=``) to run a processor outside an engine.
+    """
+
+    def __init__(self, vllm_config: VllmConfig | None, tokenizer: Any = None) -> None:
+        self._model_config = vllm_config.model_config if vllm_config is not None else None
+        self._tokenizer = tokenizer
         self._factories: StateFactories | None = None
         self._eos: tuple[int, ...] = ()
 
     def new_state(self, constraint: object, params: SamplingParams) -> ConstraintState:
         if self._factories is None:
-            from vllm.tokenizers import cached_tokenizer_from_config
+            if self._tokenizer is None:
+                from vllm.tokenizers import cached_tokenizer_from_config
 
-            tokenizer: Any = cached_tokenizer_from_config(self._model_config)
+                if self._model_config is None:
+                    raise RuntimeError("a constraint processor needs vllm_config or a tokenizer")
+                self._tokenizer = cached_tokenizer_from_config(self._model_config)
+            tokenizer = self._tokenizer
             self._eos = (tokenizer.eos_token_id,) if tokenizer.eos_token_id is not None else ()
             self._factories = StateFactories(lambda text: tokenizer.encode(text, add_special_tokens=False))
         # Stop ids include EOS even under ignore_eos; a request's own stop_token_ids may end the answer too.
@@ -97,9 +110,10 @@ class _Tracked:
 class ConstraintLogitsProcessor(LogitsProcessor):
     """Every constraint of the registry, for the whole batch at once (see the module docstring)."""
 
-    def __init__(self, vllm_config: VllmConfig, device: torch.device, is_pin_memory: bool) -> None:
-        self._factories = _Factories(vllm_config)
-        self._device = device
+    def __init__(
+        self, vllm_config: VllmConfig | None, device: torch.device, is_pin_memory: bool, *, tokenizer: Any = None
+    ) -> None:
+        self._states = TokenizerStates(vllm_config, tokenizer)
         self._tracked: dict[int, _Tracked] = {}
         """Persistent-batch row -> the constrained request there."""
 
@@ -115,7 +129,7 @@ class ConstraintLogitsProcessor(LogitsProcessor):
         constraint = request_constraint(params)
         if constraint is None:
             return None
-        return _Tracked(self._factories.new_state(constraint, params), output_ids)
+        return _Tracked(self._states.new_state(constraint, params), output_ids)
 
     def update_state(self, batch_update: BatchUpdate | None) -> None:
         # A request re-added after preemption brings its earlier output tokens: its fresh state replays them.
@@ -137,7 +151,10 @@ class ConstraintLogitsProcessor(LogitsProcessor):
             torch.tensor(cols, dtype=torch.long, device=logits.device),
         )
         kept = logits[index]
-        logits[torch.tensor(constrained, dtype=torch.long, device=logits.device)] = float("-inf")
+        if len(constrained) == logits.shape[0]:
+            logits.fill_(float("-inf"))
+        else:  # index_fill_ is several times faster than assigning through an index tensor
+            logits.index_fill_(0, torch.tensor(constrained, dtype=torch.long, device=logits.device), float("-inf"))
         logits[index] = kept
         return logits
 
@@ -158,14 +175,16 @@ class _RowMask:
 class PerRequestConstraintProcessor(AdapterLogitsProcessor):
     """The same constraints, one Python call per request per step (vLLM V0's way): the benchmark's baseline."""
 
-    def __init__(self, vllm_config: VllmConfig, device: torch.device, is_pin_memory: bool) -> None:
-        super().__init__(vllm_config, device, is_pin_memory)
-        self._factories = _Factories(vllm_config)
+    def __init__(
+        self, vllm_config: VllmConfig | None, device: torch.device, is_pin_memory: bool, *, tokenizer: Any = None
+    ) -> None:
+        super().__init__(vllm_config, device, is_pin_memory)  # type: ignore[arg-type]
+        self._states = TokenizerStates(vllm_config, tokenizer)
         self._pending_output: list[int] | None = None
 
     @classmethod
     def validate_params(cls, sampling_params: SamplingParams) -> None:
-        validate_constraint_params(sampling_params)
+        validate_constraint_params(sampling_params, PER_REQUEST_EXTRA_ARGS_KEY)
 
     def is_argmax_invariant(self) -> bool:
         return False
@@ -176,7 +195,7 @@ class PerRequestConstraintProcessor(AdapterLogitsProcessor):
         return super()._new_state(params, prompt_ids, output_ids)
 
     def new_req_logits_processor(self, params: SamplingParams) -> Any:
-        constraint = request_constraint(params)
+        constraint = request_constraint(params, PER_REQUEST_EXTRA_ARGS_KEY)
         if constraint is None or self._pending_output is None:
             return None
-        return _RowMask(_Tracked(self._factories.new_state(constraint, params), self._pending_output))
+        return _RowMask(_Tracked(self._states.new_state(constraint, params), self._pending_output))
