@@ -110,6 +110,8 @@ class VllmEngine:
         self.max_num_seqs = config.max_num_seqs
         self._sink = _StatsSink()
         self._llm: Any = None
+        self._logits_processors: list[str] = []
+        """The batch-level constraint processors this engine runs (none where vLLM cannot run them)."""
 
     async def start(self) -> None:
         # vLLM reads its CPU KV-cache size from the environment; this is the one place we set it.
@@ -117,6 +119,8 @@ class VllmEngine:
         from vllm.config import StructuredOutputsConfig
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
+
+        self._logits_processors = engine_logits_processors()
 
         cfg = self.config
         args = AsyncEngineArgs(
@@ -130,7 +134,7 @@ class VllmEngine:
             scheduling_policy="priority",
             gpu_memory_utilization=cfg.gpu_memory_utilization,
             disable_log_stats=False,
-            logits_processors=engine_logits_processors(),  # type: ignore[arg-type]
+            logits_processors=self._logits_processors,  # type: ignore[arg-type]
             max_logprobs=MAX_TOP_LOGPROBS,
             structured_outputs_config=StructuredOutputsConfig(backend=cfg.structured_outputs_backend),  # type: ignore[arg-type]
         )
@@ -142,6 +146,12 @@ class VllmEngine:
         fails then), any other exception for a failure of this request alone (one vLLM refused, say)."""
         from vllm.v1.engine.exceptions import EngineDeadError
 
+        if request.sampling.constraint is not None and not self._logits_processors:
+            # Never an unconstrained answer to a constrained request: the run fails and says why.
+            raise ValueError(
+                "constraints are not enforced by this engine (vLLM's V2 model runner cannot run batch-level logits "
+                "processors; the worker needs VLLM_USE_V2_MODEL_RUNNER=0)"
+            )
         params = sampling_params(request)
         top_k = request.sampling.logprobs
         first = True
