@@ -105,3 +105,13 @@ def test_tier_limits_are_editable_from_the_changelist(admin_client_with_rows: Cl
 
     assert resp.status_code == 302, resp.content[:2000]
     assert Tier.objects.get(name="free").max_concurrent_runs == 5
+
+
+def test_a_runs_change_page_shows_the_sampling_it_was_asked_for(admin_client_with_rows: Client) -> None:
+    run = RunFactory.create(
+        sampling={"seed": 7, "stop": ["END"], "structured_outputs": {"json": {"type": "object"}}}, end_user="cust-9"
+    )
+    page = admin_client_with_rows.get(reverse("admin:runs_run_change", args=[run.pk]))
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "What was asked" in html and "&quot;seed&quot;: 7" in html and "cust-9" in html

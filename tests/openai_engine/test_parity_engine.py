@@ -289,7 +289,7 @@ def test_vllms_benchmark_client_has_no_failed_request_and_its_ttft_is_the_runs(l
     for run, client_ttft in zip(runs, ttfts, strict=True):
         assert run.first_token_at is not None
         server_ttft = (run.first_token_at - run.created_at).total_seconds()
-        print(f"TTFT: vllm bench client {client_ttft * 1000:.1f} ms, run {server_ttft * 1000:.1f} ms")  # noqa: T201
+        print(f"TTFT: vllm bench client {client_ttft * 1000:.1f} ms, run {server_ttft * 1000:.1f} ms")
         assert abs(client_ttft - server_ttft) < 0.05, (client_ttft, server_ttft)
 
 
