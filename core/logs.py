@@ -24,6 +24,7 @@ _RECORD_ATTRIBUTES = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__d
     "asctime",
     "taskName",  # Python 3.12+
     "color_message",  # uvicorn's copy of the message with terminal colour codes
+    "vllm_process_name",  # vLLM's record factory adds it to every record once vllm is imported (workers)
 }
 """What every ``LogRecord`` has (and noise); anything else on a record came from ``extra`` (or a filter)."""
 
