@@ -71,6 +71,9 @@ def prompt_insert(*, chat_id: int, owner_id: int, title: str, message: Message, 
     ``title`` becomes the chat's title if it has none. Raises ``IntegrityError`` (``one_active_run_per_chat``)
     when a concurrent prompt's run won the chat first.
     """
+    low, high = connection.ops.integer_field_range("BigAutoField")
+    if not low <= chat_id <= high:  # no such id can exist (and Postgres would refuse it as a bigint)
+        return PromptInsert(found=False, busy=False, message_id=None, run_id=None)
     quote = connection.ops.quote_name
     chat_table, message_table, run_table = (quote(m._meta.db_table) for m in (Chat, Message, Run))
     message_cols, message_selects, message_params = _insert_select(message)

@@ -13,9 +13,12 @@ and writes the prompt (``runs.prompt_insert``). A refusal (429) needs neither th
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import pytest
+from django.db import connection, connections, transaction
 from pytest_django.fixtures import DjangoAssertNumQueries
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
@@ -23,9 +26,11 @@ from rest_framework.test import APIClient
 from accounts.limits import user_limits
 from accounts.models import User, UserLimitOverride
 from chats.models import Chat, Message
+from core.errors import ConflictError
 from runs.models import Run, RunStatus
 from runs.queueing import get_scheduler_store
 from runs.quota import bucket_limits, get_admission
+from runs.services import run_create
 from tests.factories import ChatFactory, RunFactory, UserFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -138,7 +143,8 @@ def test_another_users_chat_is_404_in_two_round_trips_and_its_reservation_is_rel
     assert resp.status_code == 404 and missing.status_code == 404
     assert resp.json() == missing.json()  # another user's chat reads exactly as a missing one
     theirs.refresh_from_db()
-    assert theirs.title == "" and not Message.objects.filter(chat=theirs).exists() and not Run.objects.filter(chat=theirs).exists()
+    assert theirs.title == "" and not Message.objects.filter(chat=theirs).exists()
+    assert not Run.objects.filter(chat=theirs).exists()
     assert get_admission().bucket_tokens(user_id=user.pk, limits=limits) == pytest.approx(full, abs=1)
 
 
@@ -158,3 +164,49 @@ def test_a_chat_with_an_active_run_is_409_in_two_round_trips_and_nothing_written
     assert resp.status_code == 409 and resp.json()["error"]["code"] == "run_in_progress"
     assert Message.objects.count() == messages and Run.objects.filter(chat=chat).count() == 1
     assert Chat.objects.values_list("updated_at", "title").get(pk=chat.pk) == before
+
+
+@pytest.mark.usefixtures("warm")
+def test_a_prompt_that_waited_for_the_lock_behind_a_run_of_the_same_chat_is_409_and_writes_nothing(
+    user: User,
+) -> None:
+    """The statement's ``busy`` check reads the snapshot taken before it waited for the chat's row lock, so a
+    run committed meanwhile is caught by ``one_active_run_per_chat``: still a 409, still nothing written."""
+    chat = ChatFactory.create(owner=user, title="")
+    user = User.objects.select_related("tier", "limit_override").get(pk=user.pk)
+    outcome: list[object] = []
+
+    def prompt() -> None:
+        try:
+            outcome.append(run_create(chat_id=chat.pk, user=user, content="second"))
+        except Exception as exc:  # noqa: BLE001 (the assertion below names it)
+            outcome.append(exc)
+        finally:
+            connection.close()
+
+    with transaction.atomic():
+        Chat.objects.select_for_update().get(pk=chat.pk)  # what a concurrent prompt's statement holds
+        worker = threading.Thread(target=prompt)
+        worker.start()
+        deadline = time.monotonic() + 60
+        while not _someone_waits_for_a_lock():
+            assert time.monotonic() < deadline and worker.is_alive(), outcome
+            time.sleep(0.02)
+        RunFactory.create(chat=chat, user=user, status=RunStatus.QUEUED)  # the concurrent prompt's run
+    worker.join(60)
+
+    assert len(outcome) == 1 and isinstance(outcome[0], ConflictError), outcome
+    assert outcome[0].code == "run_in_progress"
+    assert Run.objects.filter(chat=chat).count() == 1
+    assert not Message.objects.filter(chat=chat, content="second").exists()
+    chat.refresh_from_db()
+    assert chat.title == ""
+
+
+def _someone_waits_for_a_lock() -> bool:
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")  # else a transaction keeps reading its first snapshot
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return bool(cursor.fetchone()[0])
