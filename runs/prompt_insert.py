@@ -55,7 +55,7 @@ def _insert_select(obj: models.Model, *, sourced: Iterable[str] = ()) -> tuple[s
     params: list[Any] = []
     skip = set(sourced)
     for field in type(obj)._meta.concrete_fields:
-        if field.primary_key or field.attname in skip:
+        if field.primary_key or field.attname in skip or field.column is None:
             continue
         columns.append(quote(field.column))
         # An INSERT ... SELECT types its expressions before assigning them: cast each to its column's type.
