@@ -26,7 +26,6 @@ from rest_framework.authtoken.models import Token
 
 from accounts.models import User
 from accounts.selectors import token_read
-from core.db_executor import db_call_blocking
 
 MAX_CACHED_TOKENS = 10_000
 """Bounds the memory: the oldest entries go first past this many."""
@@ -50,7 +49,7 @@ class CachedTokenAuthentication(TokenAuthentication):
         hit = _cache.get(key)
         if hit is not None and hit[0] > now:
             return hit[1], hit[2]
-        token = db_call_blocking(token_read, key=key)
+        token = token_read(key)
         if token is None:
             raise exceptions.AuthenticationFailed(_("Invalid token."))
         user: User = token.user

@@ -15,7 +15,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TypeVar
 
-from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 
 logger = logging.getLogger(__name__)
@@ -80,17 +79,3 @@ def db_submit(fn: Callable[..., object], /, **kwargs: object) -> None:
             logger.error("background database call %s failed", getattr(fn, "__name__", fn), exc_info=exc)
 
     _db_executor.submit(_with_connection, functools.partial(fn, **kwargs)).add_done_callback(log_failure)
-
-
-def db_call_blocking(fn: Callable[..., T], /, **kwargs: object) -> T:
-    """For synchronous request code (a DRF view): runs ``fn`` on the database threads and waits for it.
-
-    Under ASGI every synchronous request runs on a thread of its own, so Django opens (and closes) a Postgres
-    connection per request: ~13 ms on the shared 2-core VM, against ~0.1 ms for a statement on an open one.
-    The database threads keep theirs. Inside a transaction (an ``atomic`` block of the caller, a test's), ``fn``
-    runs here instead, in that transaction; with ``DB_THREADS_FOR_REQUESTS`` off (tests that count one thread's
-    queries), always here.
-    """
-    if connection.in_atomic_block or not settings.DB_THREADS_FOR_REQUESTS:
-        return fn(**kwargs)
-    return _db_executor.submit(_with_connection, functools.partial(fn, **kwargs)).result()

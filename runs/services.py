@@ -21,7 +21,6 @@ from accounts.models import User
 from chats.context import message_fit_check
 from chats.models import Chat, Message, MessageRole
 from chats.summary_schedule import chat_summary_schedule_after_turn
-from core.db_executor import db_call_blocking
 from core.errors import ConflictError, DomainError
 from core.generation import EngineFinishReason, GenerationResult
 from core.sampling import SamplingError, SamplingSpec, check_sampling
@@ -122,13 +121,8 @@ def run_create(
     )
     lines = content.strip().splitlines()
     try:
-        written = db_call_blocking(
-            prompt_insert,
-            chat_id=chat_id,
-            owner_id=user.pk,
-            title=lines[0][:80] if lines else "",
-            message=message,
-            run=run,
+        written = prompt_insert(
+            chat_id=chat_id, owner_id=user.pk, title=lines[0][:80] if lines else "", message=message, run=run
         )
         if written.busy:
             raise _run_in_progress()

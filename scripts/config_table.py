@@ -38,10 +38,6 @@ SETTINGS_HELP = {
         "Seconds a web process keeps an API token's user, tier and limits in memory (0: off): a revoked token, a"
         " deactivated user or changed limits take effect within this time (accounts/authentication.py)."
     ),
-    "DB_THREADS_FOR_REQUESTS": (
-        "Run the native prompt POST's statements (the token read, the prompt's write) on the database threads,"
-        " whose connections persist, instead of a connection opened for the request's own thread."
-    ),
     "REDIS_URL": "Redis for streams, buckets, scheduler queues, heartbeats and cancel signals.",
     "CELERY_BROKER_URL": "Celery's broker (a Redis URL).",
     "LOG_LEVEL": "Root log level.",

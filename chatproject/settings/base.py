@@ -87,8 +87,6 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Seconds a web process keeps an API token's user (tier, limits) in memory (accounts/authentication.py; 0: off).
 API_TOKEN_CACHE_S = env.float("API_TOKEN_CACHE_S", default=5.0)
-# The native prompt POST's statements run on the database threads, which keep their connections (core/db_executor.py).
-DB_THREADS_FOR_REQUESTS = env.bool("DB_THREADS_FOR_REQUESTS", default=True)
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 # GET /metrics (Prometheus): open when empty, else it needs "Authorization: Bearer <METRICS_TOKEN>".
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")

@@ -6,11 +6,9 @@ transaction's ``BEGIN``, ``COMMIT`` and ``ROLLBACK``; savepoints are statements 
 they are counted too. The tests are transactional, so the counts are those of a web process (no test
 transaction around the request, the work after commit runs at once and is counted).
 
-Counted on the request's own thread (``DB_THREADS_FOR_REQUESTS`` off: by default the statements run on
-``core.db_executor``'s threads, whose connections persist; the last test checks that). Counted per request: the
-token with its user, tier and limit override (one query, then kept ``API_TOKEN_CACHE_S`` seconds by
-``accounts.authentication``), and the one statement that checks the chat and writes the prompt
-(``runs.prompt_insert``). A refusal (429) needs neither the chat nor a write.
+Counted per request with the API token: the token with its user, tier and limit override (one query, then
+kept ``API_TOKEN_CACHE_S`` seconds by ``accounts.authentication``), and the one statement that checks the chat
+and writes the prompt (``runs.prompt_insert``). A refusal (429) needs neither the chat nor a write.
 """
 
 from __future__ import annotations
@@ -53,10 +51,8 @@ def post(client: APIClient, chat_id: int, **body: Any) -> Any:
 
 @pytest.fixture
 def warm(settings: Any) -> None:
-    """The tokenizer is loaded by the first prompt of the process: load it before counting, within the cache.
-    The statements run on this thread, where the query log sees them (not on ``core.db_executor``'s)."""
+    """The tokenizer is loaded by the first prompt of the process: load it before counting, within the cache."""
     settings.API_TOKEN_CACHE_S = 600.0
-    settings.DB_THREADS_FOR_REQUESTS = False
     warm_user = UserFactory.create()
     assert post(token_client(warm_user), ChatFactory.create(owner=warm_user).pk).status_code == 202
 
@@ -214,19 +210,3 @@ def _someone_waits_for_a_lock() -> bool:
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
         )
         return bool(cursor.fetchone()[0])
-
-
-@pytest.mark.usefixtures("warm")
-def test_by_default_the_request_thread_sends_no_statement(
-    user: User, settings: Any, django_assert_num_queries: DjangoAssertNumQueries
-) -> None:
-    settings.DB_THREADS_FOR_REQUESTS = True
-    client = token_client(user)
-    chat = ChatFactory.create(owner=user, title="")
-
-    with django_assert_num_queries(0):  # the token read and the prompt's statement ran on the database threads
-        resp = post(client, chat.pk)
-
-    assert resp.status_code == 202, resp.json()
-    assert Run.objects.get(pk=resp.json()["run"]["id"]).user_message.content == "hello there"
-    assert post(client, 10**12).status_code == 404
