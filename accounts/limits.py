@@ -23,9 +23,17 @@ class EffectiveLimits:
 
 
 def user_limits(*, user: User) -> EffectiveLimits:
-    """The tier's limits with the user's overrides applied (one query for the override, tier cached on user)."""
+    """The tier's limits with the user's overrides applied.
+
+    No query when ``user`` was loaded with its tier and override (``select_related("tier", "limit_override")``,
+    as the API's token authentication does); else one for the override (and one for the tier if not cached).
+    """
     tier: Tier = user.tier
-    override = UserLimitOverride.objects.filter(user_id=user.pk).first()
+    override: UserLimitOverride | None
+    if User.limit_override.is_cached(user):
+        override = getattr(user, "limit_override", None)  # cached: None (no row) raises DoesNotExist, no query
+    else:
+        override = UserLimitOverride.objects.filter(user_id=user.pk).first()
 
     def pick(field: str, default: float) -> float:
         value = getattr(override, field, None) if override is not None else None

@@ -10,12 +10,17 @@ from rest_framework.request import Request
 from accounts.models import User
 
 
+def token_read(key: str) -> Token | None:
+    """The API token with its user, the user's tier and limit override (one query), or None."""
+    return Token.objects.select_related("user__tier", "user__limit_override").filter(key=key).first()
+
+
 def user_for_token(key: str) -> User | None:
-    """The active user an API token belongs to (with the tier loaded), or None for an unknown token.
+    """The active user an API token belongs to (tier and limit override loaded), or None for an unknown token.
 
     For the async endpoints that authenticate outside DRF (the SSE stream, the OpenAI-compatible ``/v1``).
     """
-    token = Token.objects.select_related("user__tier").filter(key=key).first()
+    token = token_read(key)
     return token.user if token is not None and token.user.is_active else None
 
 

@@ -469,7 +469,9 @@ def post_and_wait(posts: list[tuple[Any, Any, str]], *, max_tokens: int, timeout
     from runs.services import SamplingRequest, run_create
 
     sampling = SamplingRequest(max_tokens=max_tokens, spec=SamplingSpec(temperature=0.0))
-    ids = [run_create(chat=chat, user=user, content=content, sampling=sampling).pk for chat, user, content in posts]
+    ids = [
+        run_create(chat_id=chat.pk, user=user, content=content, sampling=sampling).pk for chat, user, content in posts
+    ]
     deadline = time.monotonic() + timeout_s
     while True:
         runs = {r.pk: r for r in Run.objects.filter(pk__in=ids)}

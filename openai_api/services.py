@@ -56,7 +56,7 @@ def chat_completion_create(*, user: User, request: ChatCompletionRequest) -> lis
             Message.objects.bulk_create(rows)  # in order: ids follow the conversation
             runs.append(
                 run_create(
-                    chat=chat,
+                    chat_id=chat.pk,
                     user=user,
                     content=request.prompt,
                     sampling=SamplingRequest(max_tokens=sampling.max_tokens, spec=_choice_spec(sampling.spec, index)),
@@ -79,7 +79,7 @@ def text_completion_create(*, user: User, request: CompletionRequest) -> list[Ru
                 chat = Chat.objects.create(owner=user, title=_title(prompt), origin=ChatOrigin.API)
                 runs.append(
                     run_create(
-                        chat=chat,
+                        chat_id=chat.pk,
                         user=user,
                         content=prompt,
                         sampling=SamplingRequest(

@@ -126,14 +126,14 @@ class ChatMessagesApi(APIView):
         "202 at once; the answer streams from `stream_url`.",
     )
     def post(self, request: Request, chat_id: int) -> Response:
-        user = request_user(request)
-        chat = chat_selectors.chat_get(user=user, chat_id=chat_id)
+        # No read of the chat here: run_create checks it (404) in the statement that writes the prompt, after
+        # the checks that need no database (400, the tier's caps, 429), which do not depend on the chat.
         body = MessageCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
         run = services.run_create(
-            chat=chat,
-            user=user,
+            chat_id=chat_id,
+            user=request_user(request),
             content=data["content"],
             sampling=services.SamplingRequest(max_tokens=data.get("max_tokens"), spec=data["spec"]),
         )

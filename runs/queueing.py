@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from functools import lru_cache
 
-from accounts.limits import user_limits
+from accounts.limits import EffectiveLimits, user_limits
 from accounts.models import Tier
 from core.redis_client import get_redis
 from deployments.tokenizer import count_tokens
@@ -41,9 +41,10 @@ def count_input_tokens(text: str) -> int:
         return estimate_tokens_by_chars(text)
 
 
-def run_enqueue(*, run: Run) -> None:
-    """Puts a committed queued run in its user's scheduler queue (idempotent)."""
-    limits = user_limits(user=run.user)
+def run_enqueue(*, run: Run, limits: EffectiveLimits | None = None) -> None:
+    """Puts a committed queued run in its user's scheduler queue (idempotent). ``limits``: the user's, when the
+    caller has just read them (a new prompt), else they are read here."""
+    limits = limits or user_limits(user=run.user)
     cost = run.reserved_tokens or (count_input_tokens(run.user_message.content) + run.max_tokens)
     get_scheduler_store().push(
         QueuedRun(

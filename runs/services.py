@@ -27,6 +27,7 @@ from core.sampling import SamplingError, SamplingSpec, check_sampling
 from core.worker_contract import cancel_key, signal_cancel
 from runs.events import RunEvent, log_run_end, log_run_event, seconds_between
 from runs.models import ACTIVE_STATUSES, FinishReason, PromptMode, Run, RunStatus
+from runs.prompt_insert import prompt_insert
 from runs.queueing import run_enqueue
 from runs.quota import admission_reserve, run_account_end
 from runs.streaming.contract import RunStreamWriter, run_terminal_event
@@ -60,7 +61,7 @@ def _resolve_max_tokens(*, limits: EffectiveLimits, requested: int | None) -> in
 
 def run_create(
     *,
-    chat: Chat,
+    chat_id: int,
     user: User,
     content: str,
     sampling: SamplingRequest | None = None,
@@ -70,76 +71,78 @@ def run_create(
     end_user: str = "",
     prompt_role: MessageRole = MessageRole.USER,
 ) -> Run:
-    """Stores the user's message and a queued run in one transaction; hands the run on after commit.
+    """Stores the user's message and a queued run in the user's chat ``chat_id``; hands the run on after commit.
 
-    Holds a ``SELECT ... FOR UPDATE`` lock on the chat so two concurrent posts to one chat serialize;
-    the partial unique index ``one_active_run_per_chat`` is the last line of defence. ``system_prompt`` is
-    the chat's own system message, if it has one (the fit check then counts it instead of the default).
-    ``prompt_mode``, ``tools`` and ``end_user`` are stored on the run as given (the OpenAI-compatible API's);
-    ``prompt_role`` is the new message's role (``tool`` when an API call hands back a tool's result).
+    Raises ``Chat.DoesNotExist`` (404) when the chat is missing or another user's, ``ConflictError`` (409)
+    when it has an unfinished run. The checks that need no database (the tier's caps, the fit check,
+    admission: 429) come first, so a refused prompt costs no database work; then one statement checks the
+    chat, takes its row lock (so two concurrent posts to one chat serialize), bumps its ``updated_at`` and
+    title and writes both rows (``runs.prompt_insert``): no transaction of its own, none half-written.
+    The partial unique index ``one_active_run_per_chat`` is the last line of defence. ``user`` should have
+    its tier and limit override loaded (``accounts.authentication`` does), else they are read here.
+    ``system_prompt`` is the chat's own system message, if it has one (the fit check then counts it instead
+    of the default). ``prompt_mode``, ``tools`` and ``end_user`` are stored on the run as given (the
+    OpenAI-compatible API's); ``prompt_role`` is the new message's role (``tool`` when an API call hands back a
+    tool's result).
     """
     sampling = sampling or SamplingRequest()
-    limits = user_limits(user=user)  # once per prompt: the cap, then admission
+    limits = user_limits(user=user)  # once per prompt: the cap, admission, then the scheduler's weight
     max_tokens = _resolve_max_tokens(limits=limits, requested=sampling.max_tokens)
     try:  # the API checked it already, naming its own parameters; this guards every other caller
         check_sampling(sampling.spec, max_tokens=max_tokens)
     except SamplingError as exc:
         raise DomainError(exc.message, code="invalid_sampling") from None
+    tier = user.tier
     token_count = message_fit_check(
         content=content,
-        context_limit_tokens=user.tier.context_limit_tokens,
+        context_limit_tokens=tier.context_limit_tokens,
         max_tokens=max_tokens,
-        tier_name=user.tier.name,
+        tier_name=tier.name,
         system_prompt=system_prompt,
     )
     # 429 before any write; the message was just tokenized for the fit check, so admission reuses that count.
     ticket = admission_reserve(user=user, limits=limits, input_tokens=max(1, token_count), max_tokens=max_tokens)
+    message = Message(chat_id=chat_id, role=prompt_role, content=content, token_count=token_count)
+    run = Run(
+        chat_id=chat_id,
+        user=user,
+        tier=tier,
+        status=RunStatus.QUEUED,
+        priority=tier.priority,
+        max_tokens=max_tokens,
+        temperature=sampling.spec.temperature,
+        top_p=sampling.spec.top_p,
+        sampling=sampling.spec.to_json(),
+        tools=tools or [],
+        prompt_mode=prompt_mode,
+        end_user=end_user,
+        model=settings.ENGINE.served_model_name,
+        reserved_tokens=ticket.cost,
+    )
+    lines = content.strip().splitlines()
     try:
-        with transaction.atomic():
-            locked_chat = Chat.objects.select_for_update().get(pk=chat.pk)
-            if Run.objects.filter(chat=locked_chat, status__in=ACTIVE_STATUSES).exists():
-                raise ConflictError(
-                    "This chat already has an answer in progress: wait for it or cancel it first.",
-                    code="run_in_progress",
-                )
-            message = Message.objects.create(
-                chat=locked_chat, role=prompt_role, content=content, token_count=token_count
-            )
-            now = timezone.now()
-            update_fields = ["updated_at"]
-            locked_chat.updated_at = now
-            if not locked_chat.title:
-                locked_chat.title = content.strip().splitlines()[0][:80]
-                update_fields.append("title")
-            locked_chat.save(update_fields=update_fields)
-            run = Run.objects.create(
-                chat=locked_chat,
-                user=user,
-                tier=user.tier,
-                user_message=message,
-                status=RunStatus.QUEUED,
-                priority=user.tier.priority,
-                max_tokens=max_tokens,
-                temperature=sampling.spec.temperature,
-                top_p=sampling.spec.top_p,
-                sampling=sampling.spec.to_json(),
-                tools=tools or [],
-                prompt_mode=prompt_mode,
-                end_user=end_user,
-                model=settings.ENGINE.served_model_name,
-                reserved_tokens=ticket.cost,
-            )
-            ticket.bind_on_commit(run, then=lambda: run_enqueue(run=run))
+        written = prompt_insert(
+            chat_id=chat_id, owner_id=user.pk, title=lines[0][:80] if lines else "", message=message, run=run
+        )
+        if written.busy:
+            raise _run_in_progress()
+        if written.run_id is None:
+            raise Chat.DoesNotExist("No such chat, or it belongs to another user.")
+        run.user_message = message
+        ticket.bind_on_commit(run, then=lambda: run_enqueue(run=run, limits=limits))
     except IntegrityError as exc:
         if "one_active_run_per_chat" in str(exc):
-            raise ConflictError(
-                "This chat already has an answer in progress: wait for it or cancel it first.",
-                code="run_in_progress",
-            ) from exc
+            raise _run_in_progress() from exc
         raise
     finally:
         ticket.release_unless_bound()
     return run
+
+
+def _run_in_progress() -> ConflictError:
+    return ConflictError(
+        "This chat already has an answer in progress: wait for it or cancel it first.", code="run_in_progress"
+    )
 
 
 def run_cancel(*, run: Run) -> Run:

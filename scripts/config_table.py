@@ -34,6 +34,10 @@ SETTINGS_HELP = {
     "DEMO_PASSWORD": "Password of the demo users that `make run` creates (local use only).",
     "DATABASE_URL": "Postgres, as a URL.",
     "DB_CONN_MAX_AGE": "Seconds a database connection is kept open (0: one per request).",
+    "API_TOKEN_CACHE_S": (
+        "Seconds a web process keeps an API token's user, tier and limits in memory (0: off): a revoked token, a"
+        " deactivated user or changed limits take effect within this time (accounts/authentication.py)."
+    ),
     "REDIS_URL": "Redis for streams, buckets, scheduler queues, heartbeats and cancel signals.",
     "CELERY_BROKER_URL": "Celery's broker (a Redis URL).",
     "LOG_LEVEL": "Root log level.",

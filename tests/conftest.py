@@ -55,3 +55,13 @@ def other_api(other_user: User) -> APIClient:
     client = APIClient()
     client.force_authenticate(other_user)
     return client
+
+
+@pytest.fixture(autouse=True)
+def fresh_token_cache() -> Iterator[None]:
+    """The API token cache (accounts/authentication.py) is per process: no test sees another's tokens."""
+    from accounts.authentication import token_cache_clear
+
+    token_cache_clear()
+    yield
+    token_cache_clear()

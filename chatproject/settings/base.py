@@ -85,6 +85,8 @@ DATABASES = {"default": env.db("DATABASE_URL", default="postgres://chat:chat@127
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=0)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Seconds a web process keeps an API token's user (tier, limits) in memory (accounts/authentication.py; 0: off).
+API_TOKEN_CACHE_S = env.float("API_TOKEN_CACHE_S", default=5.0)
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 # GET /metrics (Prometheus): open when empty, else it needs "Authorization: Bearer <METRICS_TOKEN>".
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
@@ -118,7 +120,7 @@ AXES_VERBOSE = False  # no start-up banner in every process's log; failures are 
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "accounts.authentication.CachedTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

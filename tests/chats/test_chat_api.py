@@ -101,6 +101,9 @@ ENDPOINTS = [
     ("post", "/api/runs/{run}/cancel"),
 ]
 STREAM = "/api/runs/{run}/stream"  # tested apart: an async view, whose ORM calls need committed rows
+# A body each endpoint accepts: a prompt's body is checked before its chat (the ownership check is part of the
+# statement that writes it, runs.prompt_insert), and a bad body is a 400 whoever's the chat is.
+BODIES = {"patch": {"title": "mine now"}, "post": {"content": "hello"}}
 
 
 @pytest.mark.parametrize(("method", "template"), ENDPOINTS)
@@ -109,7 +112,7 @@ def test_another_users_chat_or_run_is_404_and_untouched(
 ) -> None:
     chat, run = _others_chat_with_queued_run(other_user)
     url = template.format(chat=chat.pk, run=run.pk)
-    body = {"title": "mine now", "content": "hello"} if method in ("post", "patch") else None
+    body = BODIES.get(method) if template != "/api/runs/{run}/cancel" else None
 
     resp = getattr(api, method)(url, body, format="json") if body else getattr(api, method)(url)
 
@@ -126,8 +129,22 @@ def test_another_users_chat_or_run_is_404_and_untouched(
 def test_missing_ids_are_404_like_foreign_ones(api: APIClient, method: str, template: str) -> None:
     for missing in (987654321, 2**70):  # the second is beyond bigint and must not reach the database as such
         url = template.format(chat=missing, run=missing)
-        resp = getattr(api, method)(url, {"title": "t", "content": "c"}, format="json")
+        resp = getattr(api, method)(url, BODIES.get(method, {}), format="json")
         assert resp.status_code == 404, (url, resp.content)
+
+
+def test_a_bad_prompt_body_is_the_same_400_for_a_foreign_a_missing_and_an_own_chat(
+    api: APIClient, user: User, other_user: User
+) -> None:
+    """Validation comes before the chat's check, and says nothing about the chat."""
+    foreign, own = ChatFactory.create(owner=other_user), ChatFactory.create(owner=user)
+    answers = [
+        api.post(f"/api/chats/{chat_id}/messages", {"content": "hi", "title": "x"}, format="json")
+        for chat_id in (foreign.pk, 987654321, own.pk)
+    ]
+    assert [r.status_code for r in answers] == [400, 400, 400]
+    assert answers[0].json() == answers[1].json() == answers[2].json()
+    assert not Message.objects.filter(chat__in=[foreign, own]).exists()
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,0 +1,123 @@
+"""The one SQL statement that stores a prompt: the chat's ownership check and row lock, its ``updated_at`` and
+title, the user message and the queued run, all in a single round trip.
+
+``POST /api/chats/{id}/messages`` had paid about a dozen statements for this (the chat read, ``BEGIN``,
+``SELECT ... FOR UPDATE``, the active-run check, two inserts, the chat update, ``COMMIT``). One statement
+with data-modifying CTEs needs no transaction of its own (a statement is atomic: all of it is written or none of
+it). It still serializes concurrent prompts to one chat, because the ``UPDATE`` of the chat row takes the same
+row lock ``SELECT ... FOR UPDATE`` took (and ``chat_delete`` takes).
+
+- ``target``: the chat if ``owner`` owns it (no row: missing or another user's, answered 404), with whether it
+  has an unfinished run (``busy``: answered 409, nothing written).
+- ``touched``: bumps ``updated_at`` and sets the title if the chat had none; it waits for the row lock, and
+  finds no row when the chat was deleted meanwhile (then nothing else is written either: 404).
+- ``message``, ``run``: the inserts, each only if the step before it wrote its row.
+
+All CTEs read one snapshot, so ``busy`` cannot see a run that a concurrent prompt committed while this statement
+waited for the lock; the partial unique index ``one_active_run_per_chat`` refuses that second run (an
+``IntegrityError`` the caller answers 409, and the statement writes nothing).
+
+The column lists and values come from the models' fields (``pre_save``, ``get_db_prep_save``), as the ORM's own
+``INSERT`` would build them, so a field added to ``Message`` or ``Run`` is written here too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection, models
+
+from chats.models import Chat, Message
+from runs.models import ACTIVE_STATUSES, Run
+
+
+@dataclass(frozen=True)
+class PromptInsert:
+    """What the statement did: ``found`` (the chat is the owner's and still exists), ``busy`` (it has an
+    unfinished run: nothing written) and the new rows' ids (None when nothing was written)."""
+
+    found: bool
+    busy: bool
+    message_id: int | None
+    run_id: int | None
+
+
+def _insert_select(obj: models.Model, *, sourced: Iterable[str] = ()) -> tuple[str, str, list[Any]]:
+    """``obj``'s columns and ``SELECT`` expressions (typed placeholders) as the ORM would insert it.
+
+    ``sourced`` names attributes (``user_message_id``) left out here: the caller appends them from a CTE.
+    """
+    quote = connection.ops.quote_name
+    columns: list[str] = []
+    selects: list[str] = []
+    params: list[Any] = []
+    skip = set(sourced)
+    for field in type(obj)._meta.concrete_fields:
+        if field.primary_key or field.attname in skip or field.column is None:
+            continue
+        columns.append(quote(field.column))
+        # An INSERT ... SELECT types its expressions before assigning them: cast each to its column's type.
+        selects.append(f"%s::{field.cast_db_type(connection)}")
+        params.append(field.get_db_prep_save(field.pre_save(obj, add=True), connection))
+    return ", ".join(columns), ", ".join(selects), params
+
+
+def prompt_insert(*, chat_id: int, owner_id: int, title: str, message: Message, run: Run) -> PromptInsert:
+    """Writes ``message`` and ``run`` (unsaved instances; ``run.user_message`` is set from the new message) to
+    the owner's chat ``chat_id`` in one statement, as the module describes; sets their ``pk`` when written.
+
+    ``title`` becomes the chat's title if it has none. Raises ``IntegrityError`` (``one_active_run_per_chat``)
+    when a concurrent prompt's run won the chat first.
+    """
+    low, high = connection.ops.integer_field_range("BigAutoField")
+    if not low <= chat_id <= high:  # no such id can exist (and Postgres would refuse it as a bigint)
+        return PromptInsert(found=False, busy=False, message_id=None, run_id=None)
+    quote = connection.ops.quote_name
+    chat_table, message_table, run_table = (quote(m._meta.db_table) for m in (Chat, Message, Run))
+    message_cols, message_selects, message_params = _insert_select(message)
+    run_cols, run_selects, run_params = _insert_select(run, sourced=["user_message_id"])
+    statuses = ", ".join(["%s"] * len(ACTIVE_STATUSES))
+    # Only table and column names (the models') are formatted in; every value is a parameter.
+    sql = f"""
+        WITH target AS (
+            SELECT EXISTS (SELECT 1 FROM {run_table} WHERE chat_id = %s AND status IN ({statuses})) AS busy
+            FROM {chat_table} WHERE id = %s AND owner_id = %s
+        ), touched AS (
+            UPDATE {chat_table} SET updated_at = %s, title = CASE WHEN title = '' THEN %s ELSE title END
+            WHERE id = %s AND owner_id = %s AND NOT (SELECT busy FROM target)
+            RETURNING id
+        ), message AS (
+            INSERT INTO {message_table} ({message_cols}) SELECT {message_selects} FROM touched RETURNING id
+        ), run AS (
+            INSERT INTO {run_table} ({run_cols}, user_message_id) SELECT {run_selects}, message.id FROM message
+            RETURNING id
+        )
+        SELECT target.busy, (SELECT id FROM message), (SELECT id FROM run) FROM target
+    """  # noqa: S608
+    params: list[Any] = [
+        chat_id,
+        *(str(s) for s in ACTIVE_STATUSES),
+        chat_id,
+        owner_id,
+        message.created_at,
+        title,
+        chat_id,
+        owner_id,
+        *message_params,
+        *run_params,
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return PromptInsert(found=False, busy=False, message_id=None, run_id=None)
+    busy, message_id, run_id = row
+    if message_id is not None:
+        message.pk = message_id
+        message._state.adding = False
+        run.user_message_id = message_id
+        run.pk = run_id
+        run._state.adding = False
+    return PromptInsert(found=busy or message_id is not None, busy=bool(busy), message_id=message_id, run_id=run_id)
