@@ -1,8 +1,12 @@
 """Sampling profiles of running processes with py-spy, and their top functions.
 
-``py-spy record --format speedscope --nonblocking`` (the target is not paused per sample, so it is slowed less;
-idle threads are left out, so the samples are where the process spends CPU). Besides the speedscope file, a
-folded-stacks file is written next to it (``flamegraph.pl`` / ``inferno-flamegraph`` turn it into an SVG).
+``py-spy record --gil --format speedscope --nonblocking``: only the thread holding the GIL is sampled, so the
+samples are where the process runs Python (py-spy's idle detection alone counts 32 task threads blocked in
+``SimpleQueue.get(timeout=...)`` as busy); ``--nonblocking`` does not pause the target per sample. Time in C
+code that released the GIL (socket waits, the kernel) is not in the profile: ``/proc`` has the whole CPU figure.
+Python 3.11 line numbers from py-spy can be off (generator frames); read the function names. Besides the
+speedscope file, a folded-stacks file is written next to it (``flamegraph.pl`` / ``inferno-flamegraph`` turn
+it into an SVG).
 The top functions are counted from the samples: *own* = the sample's innermost frame, *total* = any frame.
 """
 
@@ -33,7 +37,7 @@ def start(pid: int, out: Path, *, duration_s: int, rate: int = 100) -> subproces
     """Starts recording ``pid`` (its own threads: subprocesses are not followed) for ``duration_s`` seconds."""
     argv = [
         *(PY_SPY, "record", "--pid", str(pid), "--duration", str(duration_s), "--rate", str(rate)),
-        *("--nonblocking", "--format", "speedscope", "--output", str(out)),
+        *("--gil", "--nonblocking", "--format", "speedscope", "--output", str(out)),
     ]
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
@@ -77,8 +81,8 @@ def analyse(label: str, path: Path, top: int = 10) -> Profile:
 
 def print_profile(profile: Profile, *, duration_s: int) -> None:
     busy = profile.busy_s / duration_s if duration_s else 0.0
-    print(f"\nprofile: {profile.label}: {profile.busy_s:.1f} s of busy threads sampled in {duration_s} s")
-    print(f"  (about {busy:.2f} threads busy on average; {profile.path.relative_to(ROOT)})")
+    print(f"\nprofile: {profile.label}: {profile.busy_s:.1f} s holding the GIL sampled in {duration_s} s")
+    print(f"  (the GIL held {busy * 100:.0f}% of the time; {profile.path.relative_to(ROOT)})")
     print("  top by own time (share of the busy samples):")
     for name, share in profile.own:
         print(f"    {share * 100:5.1f}%  {name}")
