@@ -26,15 +26,16 @@ the same new seed (the side that goes first alternates per round); the native pa
 A new seed per round and level means neither engine serves a prompt from its prefix cache (apart from the client's
 own first "test" request, which both get alike). Both staying up is sound only if the idle side costs nothing:
 the bench measures every process's CPU over ``--idle-s`` seconds before the rounds and prints it (measured on the
-2-core VM: a few tenths of a percent of a core per side, the dispatcher's polling the largest), and that idle
-cost falls equally on both sides' figures. Both engines' KV caches are allocated at once (2 x 2 GiB here).
+2-core VM: both engine cores 0%, vLLM's API server and our web 0.2% of a core, our dispatcher's polling 2.4%),
+and that idle cost falls on both sides' figures alike. Both engines' KV caches are allocated at once (2 x 2 GiB here).
 
 CPU per process (:mod:`bench.proc_cpu`, ``/proc/<pid>/stat`` utime + stime) is taken around the measured requests
 of the ``--cpu-level`` (32) runs: our web, the worker's own process (its threads, without its EngineCore child,
 which is counted apart), the dispatcher, ``redis-server`` and the whole Postgres cluster (the reaped backends
 included), against vLLM's API server process and its EngineCore. Redis and Postgres are shared with whatever else
 runs on the machine; their figures in vLLM's window (which uses neither) show that background. Printed per 1,000
-generated tokens, with the ratio of ours outside the engine core to vLLM's API server process.
+generated tokens, with the ratio of ours outside the engine core to vLLM's API server process. The EngineCore
+figures are no measure of work: vLLM's CPU backend spin-waits in OpenMP, more so when the cores are free.
 
 ``--profile`` adds one profiled ``/v1`` and one native pass at the CPU level after the rounds (so the sampling
 does not disturb the measured ones): ``py-spy record`` for ``--profile-s`` seconds on the web, the worker (its
