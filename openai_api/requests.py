@@ -23,7 +23,7 @@ from django.http import HttpRequest
 from core.constraints import check_constraint
 from core.json_body import JsonBodyError, parse_json, too_large
 from core.sampling import SamplingError
-from core.structured_outputs import check_compiles, structured_from_request
+from core.structured_outputs import structured_from_request
 from core.text import text_problem
 from deployments.tokenizer import vocab_size
 from openai_api.errors import OpenAIRequestError
@@ -150,14 +150,13 @@ def _check_vocab(params: SamplingParams) -> None:
 
 def _structured(body: dict[str, Any], tools: ToolRequest | None = None) -> dict[str, Any] | None:
     """The answer's constraint: a forced tool's, else ``response_format`` / ``structured_outputs``; compiled
-    by the backend the engine uses, so what it cannot compile is a 400 now with its reason."""
+    (once, by the function that reads it) with the backend the engine uses, so what it cannot compile is a 400 now
+    with its reason."""
     try:
         if tools is not None:
             structured = request_structured_outputs(body, tools)
         else:
             structured = structured_from_request(body.get("response_format"), body.get("structured_outputs"))
-        if structured is not None and (tools is None or tools.structured is None):
-            check_compiles(structured)
     except SamplingError as exc:
         raise OpenAIRequestError(exc.message, param=exc.param, code="invalid_structured_output") from None
     return structured
