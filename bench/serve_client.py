@@ -66,12 +66,16 @@ def client_argv(
     output_len: int,
     result_dir: Path,
     result_name: str,
+    backend: str = "openai-chat",
+    endpoint: str = "/v1/chat/completions",
 ) -> list[str]:
+    """``vllm.benchmarks.serve`` on random prompts with ``--ignore-eos`` (equal work), greedy, results saved in
+    detail; ``backend``/``endpoint``: ``openai``/``/v1/completions`` for text completions."""
     return [
         PY, "-c", CLIENT,
-        "--backend", "openai-chat",
+        "--backend", backend,
         "--base-url", target.base_url,
-        "--endpoint", "/v1/chat/completions",
+        "--endpoint", endpoint,
         "--model", target.model,
         "--tokenizer", tokenizer,
         "--dataset-name", "random",

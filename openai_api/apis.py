@@ -254,7 +254,7 @@ async def _chat_chunks(runs: list[Run], parsed: ChatCompletionRequest, *, model:
         else:
             yield chunk(index, {"content": piece.text}, logprobs=logprobs)
     if options.include_usage:
-        yield formats.frame(formats.chat_usage_chunk(runs, model, formats.usage(completions)))
+        yield formats.frame(formats.usage_chunk(runs, model, formats.CHAT_CHUNK, formats.usage(completions)))
     yield DONE
 
 
@@ -325,5 +325,7 @@ async def _text_chunks(runs: list[Run], parsed: CompletionRequest, *, model: str
         )
         offsets[index] += len(piece.text)
     if options.include_usage:
-        yield formats.frame(formats.text_usage_chunk(runs, model, formats.usage(completions_, prompts=prompts)))
+        yield formats.frame(
+            formats.usage_chunk(runs, model, formats.TEXT, formats.usage(completions_, prompts=prompts))
+        )
     yield DONE

@@ -28,32 +28,52 @@ def first_error(completions: Sequence[Completion]) -> dict[str, str] | None:
     return next((c.error for c in completions if c.error is not None), None)
 
 
-def usage(completions: Sequence[Completion], *, prompts: int = 1) -> dict[str, int]:
-    """``prompts``: how many distinct prompts the call had; choice ``i`` answers prompt ``i // (n)``."""
+def _usage(completions: Sequence[Completion], *, prompts: int, so_far: bool) -> dict[str, int]:
+    """``prompts``: how many distinct prompts the call had (choice ``i`` answers prompt ``i // n``), each counted
+    once. ``so_far``: the tokens streamed until now (``stream_options.continuous_usage_stats``), else the runs'
+    final counts (the tokens streamed for a run whose end carried none)."""
     per_prompt = max(1, len(completions) // max(1, prompts))
     prompt_tokens = sum(c.prompt_tokens for i, c in enumerate(completions) if i % per_prompt == 0)
-    completion_tokens = sum(c.completion_tokens or c.tokens for c in completions)
+    completion_tokens = sum(
+        max(c.tokens, c.completion_tokens) if so_far else (c.completion_tokens or c.tokens) for c in completions
+    )
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
     }
+
+
+def usage(completions: Sequence[Completion], *, prompts: int = 1) -> dict[str, int]:
+    return _usage(completions, prompts=prompts, so_far=False)
 
 
 def running_usage(completions: Sequence[Completion], *, prompts: int = 1) -> dict[str, int]:
-    """Usage so far (``stream_options.continuous_usage_stats``): the prompt once known, the tokens streamed."""
-    per_prompt = max(1, len(completions) // max(1, prompts))
-    prompt_tokens = sum(c.prompt_tokens for i, c in enumerate(completions) if i % per_prompt == 0)
-    completion_tokens = sum(max(c.tokens, c.completion_tokens) for c in completions)
+    return _usage(completions, prompts=prompts, so_far=True)
+
+
+CHAT = "chat.completion"
+CHAT_CHUNK = "chat.completion.chunk"
+TEXT = "text_completion"
+_ID_PREFIX = {CHAT: "chatcmpl", CHAT_CHUNK: "chatcmpl", TEXT: "cmpl"}
+
+
+def envelope(runs: Sequence[Run], model: str, kind: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
+    """The fields every OpenAI answer and chunk of a call shares: its id (``chatcmpl-``/``cmpl-`` and the first
+    run's id), ``object`` (``kind``), ``created``, ``model``; then ``choices``."""
     return {
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
+        "id": f"{_ID_PREFIX[kind]}-{runs[0].pk}",
+        "object": kind,
+        "created": int(runs[0].created_at.timestamp()),
+        "model": model,
+        "system_fingerprint": None,
+        "choices": choices,
     }
 
 
-def call_id(prefix: str, runs: Sequence[Run]) -> str:
-    return f"{prefix}-{runs[0].pk}"
+def usage_chunk(runs: Sequence[Run], model: str, kind: str, usage_figures: dict[str, int]) -> dict[str, Any]:
+    """The last chunk of a stream with ``stream_options.include_usage``: no choices, the call's usage."""
+    return {**envelope(runs, model, kind, []), "usage": usage_figures}
 
 
 # Chat ------------------------------------------------------------------------------------------------------------
@@ -62,26 +82,8 @@ def call_id(prefix: str, runs: Sequence[Run]) -> str:
 def chat_chunk(
     runs: Sequence[Run], model: str, *, index: int, delta: dict[str, Any], logprobs: Any = None, finish: str | None
 ) -> dict[str, Any]:
-    return {
-        "id": call_id("chatcmpl", runs),
-        "object": "chat.completion.chunk",
-        "created": int(runs[0].created_at.timestamp()),
-        "model": model,
-        "system_fingerprint": None,
-        "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
-    }
-
-
-def chat_usage_chunk(runs: Sequence[Run], model: str, usage_figures: dict[str, int]) -> dict[str, Any]:
-    return {
-        "id": call_id("chatcmpl", runs),
-        "object": "chat.completion.chunk",
-        "created": int(runs[0].created_at.timestamp()),
-        "model": model,
-        "system_fingerprint": None,
-        "choices": [],
-        "usage": usage_figures,
-    }
+    choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+    return envelope(runs, model, CHAT_CHUNK, [choice])
 
 
 def chat_logprobs(entries: list[dict[str, Any]] | None) -> dict[str, Any] | None:
@@ -97,25 +99,16 @@ def chat_body(
     finish_reasons: Sequence[str | None],
     logprobs: bool,
 ) -> dict[str, Any]:
-    return {
-        "id": call_id("chatcmpl", runs),
-        "object": "chat.completion",
-        "created": int(runs[0].created_at.timestamp()),
-        "model": model,
-        "system_fingerprint": None,
-        "choices": [
-            {
-                "index": index,
-                "message": message,
-                "logprobs": chat_logprobs(completion.logprobs) if logprobs else None,
-                "finish_reason": finish,
-            }
-            for index, (message, completion, finish) in enumerate(
-                zip(messages, completions, finish_reasons, strict=True)
-            )
-        ],
-        "usage": usage(completions),
-    }
+    choices = [
+        {
+            "index": index,
+            "message": message,
+            "logprobs": chat_logprobs(completion.logprobs) if logprobs else None,
+            "finish_reason": finish,
+        }
+        for index, (message, completion, finish) in enumerate(zip(messages, completions, finish_reasons, strict=True))
+    ]
+    return {**envelope(runs, model, CHAT, choices), "usage": usage(completions)}
 
 
 # Text completions ------------------------------------------------------------------------------------------------
@@ -142,35 +135,13 @@ def completion_logprobs(entries: list[dict[str, Any]], *, offset: int) -> dict[s
 def text_chunk(
     runs: Sequence[Run], model: str, *, index: int, piece: Piece | None, offset: int, logprobs: bool, finish: str | None
 ) -> dict[str, Any]:
-    return {
-        "id": call_id("cmpl", runs),
-        "object": "text_completion",
-        "created": int(runs[0].created_at.timestamp()),
-        "model": model,
-        "system_fingerprint": None,
-        "choices": [
-            {
-                "index": index,
-                "text": piece.text if piece is not None else "",
-                "logprobs": completion_logprobs(piece.logprobs, offset=offset)
-                if logprobs and piece is not None
-                else None,
-                "finish_reason": finish,
-            }
-        ],
+    choice = {
+        "index": index,
+        "text": piece.text if piece is not None else "",
+        "logprobs": completion_logprobs(piece.logprobs, offset=offset) if logprobs and piece is not None else None,
+        "finish_reason": finish,
     }
-
-
-def text_usage_chunk(runs: Sequence[Run], model: str, usage_figures: dict[str, int]) -> dict[str, Any]:
-    return {
-        "id": call_id("cmpl", runs),
-        "object": "text_completion",
-        "created": int(runs[0].created_at.timestamp()),
-        "model": model,
-        "system_fingerprint": None,
-        "choices": [],
-        "usage": usage_figures,
-    }
+    return envelope(runs, model, TEXT, [choice])
 
 
 def text_body(
@@ -182,20 +153,13 @@ def text_body(
     logprobs: bool,
     prompts: int,
 ) -> dict[str, Any]:
-    return {
-        "id": call_id("cmpl", runs),
-        "object": "text_completion",
-        "created": int(runs[0].created_at.timestamp()),
-        "model": model,
-        "system_fingerprint": None,
-        "choices": [
-            {
-                "index": index,
-                "text": text,
-                "logprobs": completion_logprobs(completion.logprobs, offset=0) if logprobs else None,
-                "finish_reason": completion.finish_reason,
-            }
-            for index, (text, completion) in enumerate(zip(texts, completions, strict=False))
-        ],
-        "usage": usage(completions, prompts=prompts),
-    }
+    choices = [
+        {
+            "index": index,
+            "text": text,
+            "logprobs": completion_logprobs(completion.logprobs, offset=0) if logprobs else None,
+            "finish_reason": completion.finish_reason,
+        }
+        for index, (text, completion) in enumerate(zip(texts, completions, strict=True))
+    ]
+    return {**envelope(runs, model, TEXT, choices), "usage": usage(completions, prompts=prompts)}

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import statistics
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from pydantic import BaseModel
 from rest_framework.authtoken.models import Token
 
 from accounts.models import User, UserLimitOverride
+from bench.serve_client import ServeTarget, client_argv
 from chats.models import Chat
 from runs.models import Run, RunStatus
 from tests.factories import UserFactory
@@ -250,29 +250,22 @@ def test_vllms_benchmark_client_has_no_failed_request_and_its_ttft_is_the_runs(l
     out = ROOT / "artifacts" / "bench-serve"
     out.mkdir(parents=True, exist_ok=True)
     results = {}
+    target = ServeTarget(base_url=live_stack.base_url, model=MODEL, api_key=key, label="parity")
     for backend, endpoint in (("openai-chat", "/v1/chat/completions"), ("openai", "/v1/completions")):
         name = f"{backend}.json"
-        argv = [
-            sys.executable,
-            "-c",
-            "import sys; from vllm.benchmarks.serve import main, add_cli_args; "
-            "from vllm.utils.argparse_utils import FlexibleArgumentParser; "
-            "p = FlexibleArgumentParser(); add_cli_args(p); main(p.parse_args()); sys.exit(0)",
-            "--backend", backend,
-            "--base-url", live_stack.base_url,
-            "--endpoint", endpoint,
-            "--model", MODEL,
-            "--tokenizer", settings.ENGINE.model_path,
-            "--dataset-name", "random",
-            "--random-input-len", "32",
-            "--random-output-len", "8",
-            "--num-prompts", "4",
-            "--max-concurrency", "1",
-            "--ignore-eos",
-            "--save-result", "--save-detailed",
-            "--result-dir", str(out),
-            "--result-filename", name,
-        ]  # fmt: skip
+        argv = client_argv(
+            target,
+            tokenizer=settings.ENGINE.model_path,
+            concurrency=1,
+            prompts=4,
+            seed=0,
+            input_len=32,
+            output_len=8,
+            result_dir=out,
+            result_name=name,
+            backend=backend,
+            endpoint=endpoint,
+        )
         proc = subprocess.run(
             argv, cwd=ROOT, env={**_env(), "OPENAI_API_KEY": key}, capture_output=True, text=True, timeout=600
         )
