@@ -34,7 +34,8 @@ from core.config import WorkerConfig
 from core.redis_client import get_redis
 
 GENERATE_TASK = "inference_workers.generate"
-"""``generate(run_id)``: one run on the worker's engine (acks late; idempotent for redeliveries)."""
+"""``generate(run_id, engine_priority=None)``: one run on the worker's engine (acks late; idempotent for
+redeliveries), at vLLM priority ``engine_priority`` (None: the run's tier priority)."""
 SUMMARIZE_TASK = "inference_workers.summarize"
 """``summarize(chat_id)``: refresh a chat's rolling summary at the lowest engine priority."""
 
@@ -77,9 +78,11 @@ def summary_pending_key(chat_id: int) -> str:
 # -- sending work ----------------------------------------------------------------------------------------
 
 
-def send_generate(*, run_id: int, queue: str) -> None:
-    """Publishes ``generate(run_id)`` on ``queue`` (a tier queue, or one worker's own queue)."""
-    current_app.send_task(GENERATE_TASK, args=[run_id], queue=queue)
+def send_generate(*, run_id: int, queue: str, engine_priority: int | None = None) -> None:
+    """Publishes ``generate(run_id)`` on ``queue`` (a tier queue, or one worker's own queue); ``engine_priority``
+    is vLLM's priority of the run (the dispatcher's fairness band within the tier), None for the run's own."""
+    kwargs = {} if engine_priority is None else {"engine_priority": engine_priority}
+    current_app.send_task(GENERATE_TASK, args=[run_id], kwargs=kwargs, queue=queue)
 
 
 def send_summarize(*, chat_id: int, queue: str) -> None:

@@ -224,8 +224,9 @@ def _with_db_retry(write: Callable[[], T], *, run_id: int, what: str) -> T:
             time.sleep(0.5)
 
 
-def generate_run(*, run_id: int, runtime: WorkerRuntime) -> RunStatus | None:
+def generate_run(*, run_id: int, runtime: WorkerRuntime, engine_priority: int | None = None) -> RunStatus | None:
     """Generates one run on this worker's engine; returns its final status (None: not ours to generate).
+    ``engine_priority``: vLLM's priority the dispatcher chose for it (None: ``Run.priority``, its tier's).
 
     Safe to call again for the same run (a redelivered task): a run that another live attempt holds is
     skipped, a run whose previous attempt died restarts with a ``reset`` event, and only the attempt that
@@ -240,12 +241,12 @@ def generate_run(*, run_id: int, runtime: WorkerRuntime) -> RunStatus | None:
         logger.info("run %s: another attempt holds it; skipping this delivery", run_id)
         return None
     try:
-        return _generate_claimed(run_id=run_id, runtime=runtime)
+        return _generate_claimed(run_id=run_id, runtime=runtime, engine_priority=engine_priority)
     finally:
         runtime.release(run_id)
 
 
-def _generate_claimed(*, run_id: int, runtime: WorkerRuntime) -> RunStatus | None:
+def _generate_claimed(*, run_id: int, runtime: WorkerRuntime, engine_priority: int | None) -> RunStatus | None:
     run, changed = _with_db_retry(
         lambda: run_mark_streaming(run_id=run_id, worker=runtime.worker_name), run_id=run_id, what="claiming it"
     )
@@ -263,7 +264,9 @@ def _generate_claimed(*, run_id: int, runtime: WorkerRuntime) -> RunStatus | Non
     try:
         try:
             prompt = build_run_prompt(run=run)
-            request = run_generation_request(run=run, request_id=active.request_id, prompt=prompt)
+            request = run_generation_request(
+                run=run, request_id=active.request_id, prompt=prompt, engine_priority=engine_priority
+            )
         except Exception as exc:  # a prompt (or stored sampling) we cannot use fails this run, not the worker
             logger.exception("run %s: building the prompt failed", run_id)
             return _fail(run_id=run_id, attempt=attempt, error=f"Could not build the prompt: {exc}")
@@ -307,6 +310,7 @@ def _generate_claimed(*, run_id: int, runtime: WorkerRuntime) -> RunStatus | Non
                             f"run {run_id}: first token (attempt {attempt})",
                             attempt=attempt,
                             ttft_s=seconds_between(run.created_at, timezone.now()),
+                            **(delta.timing.as_fields() if delta.timing is not None else {}),
                         )
                     if delta.finish_reason is not None:
                         finish_reason = EngineFinishReason(delta.finish_reason)
@@ -331,12 +335,16 @@ def _generate_claimed(*, run_id: int, runtime: WorkerRuntime) -> RunStatus | Non
     return _finish(run_id=run_id, attempt=attempt, result=result)
 
 
-def run_generation_request(*, run: Run, request_id: str, prompt: str) -> GenerationRequest:
-    """What the engine is asked for this run: its prompt, ``max_tokens``, priority and every sampling parameter
-    it stored (``Run.temperature``/``Run.top_p`` plus ``Run.sampling``)."""
+def run_generation_request(
+    *, run: Run, request_id: str, prompt: str, engine_priority: int | None = None
+) -> GenerationRequest:
+    """What the engine is asked for this run: its prompt, ``max_tokens``, priority (``engine_priority``, else the
+    run's tier priority) and every sampling parameter it stored (``Run.temperature``/``Run.top_p`` plus
+    ``Run.sampling``)."""
     spec = SamplingSpec.from_json(run.sampling or {}, temperature=run.temperature, top_p=run.top_p)
+    priority = run.priority if engine_priority is None else engine_priority
     return GenerationRequest(
-        request_id=request_id, prompt=prompt, max_tokens=run.max_tokens, sampling=spec, priority=run.priority
+        request_id=request_id, prompt=prompt, max_tokens=run.max_tokens, sampling=spec, priority=priority
     )
 
 

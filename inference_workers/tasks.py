@@ -26,13 +26,14 @@ SUMMARY_MAX_DEFERRALS = 120
 
 
 @shared_task(name=GENERATE_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
-def generate(run_id: int) -> str | None:
-    """Generates run ``run_id`` on this worker's engine (idempotent for redeliveries).
+def generate(run_id: int, engine_priority: int | None = None) -> str | None:
+    """Generates run ``run_id`` on this worker's engine (idempotent for redeliveries), at vLLM priority
+    ``engine_priority`` (the dispatcher's; None: the run's tier priority).
 
     A worker whose engine died (it is shutting down) hands the task back to the queue for a live worker.
     """
     try:
-        status = generate_run(run_id=run_id, runtime=get_runtime())
+        status = generate_run(run_id=run_id, runtime=get_runtime(), engine_priority=engine_priority)
     except EngineDied as exc:
         logger.warning("run %s: this worker's engine is dead (%s); the task goes back to the queue", run_id, exc)
         raise Reject(str(exc), requeue=True) from exc

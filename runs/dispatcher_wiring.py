@@ -45,7 +45,7 @@ def engine_samples() -> list[EngineSample]:
 
 
 def send_run(run: QueuedRun) -> None:
-    send_to_worker(run_id=run.run_id, queue=run.tier)
+    send_to_worker(run_id=run.run_id, queue=run.tier, engine_priority=run.engine_priority)
 
 
 def publish_positions(positions: dict[int, Position]) -> None:

@@ -76,15 +76,16 @@ def route_run_or_tier_queue(*, run_id: int, tier_queue: str) -> tuple[Route, Run
         return Route(queue=tier_queue, worker=None, reason="affinity_lookup_failed"), run
 
 
-def send_to_worker(*, run_id: int, queue: str) -> None:
+def send_to_worker(*, run_id: int, queue: str, engine_priority: int | None = None) -> None:
     """Publishes ``generate(run_id)`` for the tier ``queue``: on the chat's previous worker's queue when
-    affinity applies, else on the tier queue (the workers drain the tier queues in order)."""
+    affinity applies, else on the tier queue (the workers drain the tier queues in order). ``engine_priority``:
+    vLLM's priority the dispatcher chose (None: the run's tier priority)."""
     if queue not in settings.CELERY_TASK_QUEUES_ORDER:
         raise ValueError(f"unknown worker queue {queue!r}")
     route, run = route_run_or_tier_queue(run_id=run_id, tier_queue=queue)
-    send_generate(run_id=run_id, queue=route.queue)
+    send_generate(run_id=run_id, queue=route.queue, engine_priority=engine_priority)
     message = f"run {run_id} sent to queue {route.queue} ({route.reason})"
-    fields: dict[str, Any] = {"queue": route.queue, "route": route.reason}
+    fields: dict[str, Any] = {"queue": route.queue, "route": route.reason, "engine_priority": engine_priority}
     if run is None:  # gone, or its lookup failed: the line still says where it went
         log_event(RunEvent.DISPATCHED, message, run_id=run_id, user_id=None, tier=queue, **fields)
     else:

@@ -16,7 +16,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Protocol
 
@@ -62,6 +62,23 @@ def user_is_busy(run: QueuedRun, *, in_flight: dict[int, int], share: float, top
     """Whether the gate's headroom is closed to ``run``: its user holds at least their share of the slots, or a
     higher tier is backlogged (the headroom must not undo strict priority)."""
     return run.tier != top_tier or in_flight.get(run.user_id, 0) >= share
+
+
+ENGINE_PRIORITY_BANDS = 10
+"""Fairness bands of vLLM's priority within one tier: a tier's runs get ``tier priority x 10 + band``."""
+
+
+def engine_priority(*, tier_priority: int, in_flight: int, share: float) -> int:
+    """vLLM's priority (lower first) for a run sent now: its tier's first, so tier order stays on top, then its
+    user's standing among the users of the engines: band 0 for a user below their slot share (fewer runs in flight
+    than ``share`` before this one), 1 from 1x to 2x it, and so on up to band 9.
+
+    vLLM's V1 scheduler orders its waiting queue by ``(priority, arrival)`` and, under KV-cache pressure, preempts
+    the running request with the largest ``(priority, arrival)``: a light user's run goes ahead of a flood's runs
+    that wait in the engine and is the last to be preempted, without evicting anything that runs (that is what the
+    gate's headroom slots are for)."""
+    band = int(in_flight // share) if share > 0 else 0
+    return tier_priority * ENGINE_PRIORITY_BANDS + min(ENGINE_PRIORITY_BANDS - 1, max(0, band))
 
 
 class DispatchObserver(Protocol):
@@ -144,6 +161,14 @@ class Dispatcher:
                 break
             if not self.store.claim(run, now=self.clock()):
                 continue  # another dispatcher or a cancel took it: read the heads again
+            run = replace(
+                run,
+                engine_priority=engine_priority(
+                    tier_priority=self.policy.tier(run.tier).priority,
+                    in_flight=busy.get(run.user_id, 0),
+                    share=fair_slot_share(load.slots, busy, heads),
+                ),
+            )
             try:
                 self.send(run)
             except Exception:

@@ -47,6 +47,9 @@ class QueuedRun:
     weight: float = 1.0
     """The user's fair-share weight within the tier (a per-user override; 1 by default)."""
     enqueued_at: float = 0.0
+    engine_priority: int | None = None
+    """vLLM's priority of the run (lower is served first), set by the dispatcher when it sends the run
+    (:func:`scheduling.dispatcher.engine_priority`); None while queued."""
 
 
 Heads = Mapping[str, Mapping[int, QueuedRun]]
@@ -75,6 +78,9 @@ class FairPolicy:
         self._seq = 0
 
     # -- state --------------------------------------------------------------------------------------
+
+    def tier(self, name: str) -> TierSpec:
+        return self._by_name[name]
 
     def counter(self, tier: str, user_id: int) -> float:
         return self._state[tier].counters.get(user_id, 0.0)

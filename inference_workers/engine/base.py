@@ -31,6 +31,34 @@ class GenerationRequest:
 
 
 @dataclass(frozen=True)
+class EngineTiming:
+    """Where a request's time to first token went inside the engine (vLLM's per-request timestamps).
+
+    ``submit_s``: from the ``generate`` call until the engine core queued it (tokenizing, the hop to the core);
+    ``waiting_s``: in vLLM's waiting queue until first scheduled (no free slot, or behind higher priorities);
+    ``prefill_s``: from first scheduled to its first token (its prefill chunks and the steps they share);
+    ``output_s``: from the core's first token until this process had it (the output path, the event loop);
+    ``preemptions``: times vLLM preempted it before its first token (KV-cache pressure).
+    """
+
+    submit_s: float
+    waiting_s: float
+    prefill_s: float
+    output_s: float
+    preemptions: int = 0
+
+    def as_fields(self) -> dict[str, float | int]:
+        """The figures as log fields (``engine_waiting_s``...), rounded to milliseconds."""
+        return {
+            "engine_submit_s": round(self.submit_s, 3),
+            "engine_waiting_s": round(self.waiting_s, 3),
+            "engine_prefill_s": round(self.prefill_s, 3),
+            "engine_output_s": round(self.output_s, 3),
+            "engine_preemptions": self.preemptions,
+        }
+
+
+@dataclass(frozen=True)
 class GenerationDelta:
     """New text since the previous delta of the same request (never the cumulative text)."""
 
@@ -44,6 +72,8 @@ class GenerationDelta:
     """Only when the request asked for them (``SamplingSpec.logprobs``): one JSON-ready entry per new token, in
     OpenAI's shape ``{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}`` (see
     ``runs.streaming.contract``)."""
+    timing: EngineTiming | None = None
+    """Set on the delta that carries the first token, by engines that report it (vLLM)."""
 
     @property
     def finished(self) -> bool:

@@ -21,6 +21,7 @@ from inference_workers.engine.base import (
     MIN_LOGPROB,
     EngineDead,
     EngineStats,
+    EngineTiming,
     GenerationDelta,
     GenerationRequest,
     TpotWindow,
@@ -155,18 +156,25 @@ class VllmEngine:
         params = sampling_params(request)
         top_k = request.sampling.logprobs
         first = True
+        timed = False
+        submitted = time.monotonic()
         try:
             async for output in self._llm.generate(
                 request.prompt, params, request.request_id, priority=request.priority
             ):
                 completion = output.outputs[0]
                 finish = _finish_reason(completion.finish_reason) if output.finished else None
+                timing = None
+                if not timed and completion.token_ids:
+                    timed = True
+                    timing = engine_timing(output.metrics, submitted=submitted, received=time.monotonic())
                 yield GenerationDelta(
                     text=completion.text,
                     new_tokens=len(completion.token_ids),
                     prompt_tokens=len(output.prompt_token_ids or []) if first else None,
                     finish_reason=finish,
                     logprobs=None if top_k is None else openai_logprobs(completion, top_k),
+                    timing=timing,
                 )
                 first = False
         except EngineDeadError as exc:
@@ -186,6 +194,24 @@ class VllmEngine:
         if self._llm is not None:
             self._llm.shutdown()
             self._llm = None
+
+
+def engine_timing(stats: Any, *, submitted: float, received: float) -> EngineTiming | None:
+    """The request's :class:`EngineTiming` from vLLM's ``RequestStateStats`` (``RequestOutput.metrics``), whose
+    ``queued_ts``/``scheduled_ts``/``first_token_ts`` are the engine core's ``time.monotonic()``: the same clock
+    as this process's on one host. None when vLLM reports none (stats logging off) or not all three yet."""
+    if stats is None:
+        return None
+    queued, scheduled, first = (getattr(stats, k, 0.0) for k in ("queued_ts", "scheduled_ts", "first_token_ts"))
+    if not (queued and scheduled and first):
+        return None
+    return EngineTiming(
+        submit_s=max(0.0, queued - submitted),
+        waiting_s=max(0.0, scheduled - queued),
+        prefill_s=max(0.0, first - scheduled),
+        output_s=max(0.0, received - first),
+        preemptions=int(getattr(stats, "num_preemptions", 0)),
+    )
 
 
 def _finish_reason(reason: str | None) -> EngineFinishReason:

@@ -143,14 +143,19 @@ def test_queue_position_on_get_and_as_status_events(api: APIClient, user: User, 
 
 
 def test_dispatcher_sends_queued_runs_to_their_tier_queue(api: APIClient, user: User, monkeypatch) -> None:
-    sent: list[tuple[int, str]] = []
-    monkeypatch.setattr("runs.dispatcher_wiring.send_to_worker", lambda *, run_id, queue: sent.append((run_id, queue)))
-    run_id = post(api, user)[1]["run"]["id"]
+    sent: list[tuple[int, str, int | None]] = []
+    monkeypatch.setattr(
+        "runs.dispatcher_wiring.send_to_worker",
+        lambda *, run_id, queue, engine_priority: sent.append((run_id, queue, engine_priority)),
+    )
+    first, second = (post(api, user)[1]["run"]["id"] for _ in range(2))
     dispatcher = build_dispatcher()
-    dispatcher.stats = lambda: []  # no worker: the fallback cap lets it go
+    dispatcher.stats = lambda: []  # no worker: the fallback cap (8 in flight) lets both go
     dispatcher.tick()
-    assert sent == [(run_id, "free")]
-    assert Run.objects.get(pk=run_id).status == RunStatus.QUEUED  # the worker marks it streaming
+    # vLLM's priority: the free tier's (2) x 10, then the user's band: no worker reports slots, so a user's
+    # share is one run; nothing in flight is band 0, one run in flight already band 1.
+    assert sent == [(first, "free", 20), (second, "free", 21)]
+    assert Run.objects.get(pk=first).status == RunStatus.QUEUED  # the worker marks it streaming
 
 
 def test_runs_whose_push_was_lost_are_queued_again(api: APIClient, user: User) -> None:

@@ -106,15 +106,18 @@ def test_cancelling_a_queued_run_logs_cancelled(
 def test_dispatch_logs_dispatched_with_its_queue(
     events: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sent: list[tuple[int, str]] = []
-    monkeypatch.setattr("runs.routing.send_generate", lambda *, run_id, queue: sent.append((run_id, queue)))
+    sent: list[tuple[int, str, int | None]] = []
+    monkeypatch.setattr(
+        "runs.routing.send_generate",
+        lambda *, run_id, queue, engine_priority: sent.append((run_id, queue, engine_priority)),
+    )
     run = RunFactory.create()
 
-    send_to_worker(run_id=run.pk, queue="free")
+    send_to_worker(run_id=run.pk, queue="free", engine_priority=21)
 
-    assert sent == [(run.pk, "free")]
+    assert sent == [(run.pk, "free", 21)]
     [dispatched] = run_events(events)
-    assert (dispatched["event"], dispatched["queue"]) == ("dispatched", "free")
+    assert (dispatched["event"], dispatched["queue"], dispatched["engine_priority"]) == ("dispatched", "free", 21)
     assert dispatched["route"] == "no_previous_worker"
     assert (dispatched["run_id"], dispatched["user_id"], dispatched["tier"]) == (run.pk, run.user_id, "free")
 

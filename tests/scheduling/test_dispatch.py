@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 import redis
 
-from scheduling.dispatcher import Dispatcher, DispatcherSettings
+from scheduling.dispatcher import Dispatcher, DispatcherSettings, engine_priority
 from scheduling.gate import EngineSample, GatePolicy, TierGate
 from scheduling.memory_store import MemoryQueueStore
 from scheduling.policy import FairPolicy, QueuedRun, TierSpec
@@ -380,3 +380,33 @@ def test_an_idle_dispatcher_is_woken_by_a_new_run_instead_of_sleeping_its_tick(r
     store.client.delete("sched:wake")
     assert store.remove(2) == 2  # a run in flight ends: its freed slot wakes the dispatcher too
     assert store.wait_for_work(0.01) is True
+
+
+def test_engine_priority_puts_tier_order_first_then_the_users_standing() -> None:
+    # Band 0 below the slot share, 1 from 1x to 2x it, ... capped at band 9; tiers ten apart.
+    assert [engine_priority(tier_priority=2, in_flight=n, share=4.0) for n in (0, 3, 4, 7, 8, 100)] == [
+        20,
+        20,
+        21,
+        21,
+        22,
+        29,
+    ]
+    assert engine_priority(tier_priority=0, in_flight=100, share=4.0) < engine_priority(
+        tier_priority=1, in_flight=0, share=4.0
+    )
+
+
+def test_a_user_below_their_share_is_sent_at_a_better_vllm_priority_than_a_flood(store: QueueStore) -> None:
+    clock, sent = FakeClock(), list[QueuedRun]()
+    for i in range(6):  # the flood: six runs already in flight
+        store.push(q(100 + i, 1))
+        assert store.claim(q(100 + i, 1), now=clock.now - 10)
+    store.push(q(200, 1))
+    store.push(q(300, 2))
+    samples = [EngineSample(slots=16, running=6, waiting=0, tpot_s=0.1, updated_at=clock.now)]
+    d = make_dispatcher(store, samples, sent, clock)
+    d.tick()
+    by_user = {r.user_id: r.engine_priority for r in sent}
+    # 16 slots / (2 users + 1) = 5.3 each: the light user (nothing in flight) is band 0, the flood (6) band 1.
+    assert by_user == {2: 20, 1: 21}
