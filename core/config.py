@@ -54,6 +54,10 @@ class EngineConfig:
     """Simulated engine: prefill seconds per prompt token."""
     sim_output_tokens: int
     """Simulated engine: tokens per answer when the request's max_tokens allows."""
+    max_num_batched_tokens: int = 0
+    """vLLM's token budget of one engine step (prefill chunks plus decodes; chunked prefill splits longer prompts).
+    0: vLLM's default (2048 here). A smaller budget bounds how long a flood's prefills can stretch one step, at
+    the cost of prefill throughput."""
     tool_call_parser: str = ""
     """One of vLLM's tool-call parsers (``hermes``...) for ``tool_choice: "auto"``; empty: none, and "auto" is a 400
     (named and "required" tool choices need none). See ``openai_api.tools.SUPPORTED_TOOL_CALL_PARSERS``."""
@@ -183,6 +187,7 @@ def engine_config_from_env() -> EngineConfig:
         sim_prefill_per_token_s=env.float("SIM_PREFILL_PER_TOKEN_S", default=0.0002),
         sim_output_tokens=env.int("SIM_OUTPUT_TOKENS", default=64),
         tool_call_parser=env.str("ENGINE_TOOL_CALL_PARSER", default=""),
+        max_num_batched_tokens=env.int("ENGINE_MAX_NUM_BATCHED_TOKENS", default=0),
     )
 
 
