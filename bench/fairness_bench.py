@@ -965,12 +965,14 @@ async def compare_backlogged(bench: RealtimeBench, seconds: float, warm: float, 
         res = await bench.run(workloads, length, gate=GATE, seed=seed, mode=sched)
         service = service_events(res)
         generated = [(t, u, float(n)) for t, u, _, n in res.engine.produced]
-        gen_j = jain_per_window(generated, users, start=warm, end=length, window=10.0)
-        svc_j = jain_per_window(service, users, start=warm, end=length, window=10.0)
+        window = 10.0 if length - warm >= 20 else (length - warm) / 2  # short (smoke) runs: two windows
+        gen_j = jain_per_window(generated, users, start=warm, end=length, window=window)
+        svc_j = jain_per_window(service, users, start=warm, end=length, window=window)
         worst, largest = service_difference(res, users, start=warm, end=length)
         per_user = {u: sum(n for t, uu, n in service if uu == u and t >= warm) for u in users}
         print(
-            f"{sched:20} Jain over 10 s windows, min: output {min(gen_j):.3f}, input+output {min(svc_j):.3f}; "
+            f"{sched:20} Jain over {window:.0f} s windows, min: output {min(gen_j):.3f}, "
+            f"input+output {min(svc_j):.3f}; "
             f"service difference {worst:.0f} tokens = {worst / largest:.2f} x the largest request ({largest}); "
             "served per user " + "/".join(f"{per_user[u]:.0f}" for u in users)
         )
