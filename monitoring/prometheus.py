@@ -107,6 +107,15 @@ def _dispatcher_families() -> Iterator[Metric]:
     for (tier, deployment), is_open in sorted(figures.gates.items()):
         gates.add_metric([tier, deployment], int(is_open))
     yield gates
+    spreads = GaugeMetricFamily(
+        "chat_scheduler_service_spread_tokens",
+        "VTC's service difference within the tier: the largest minus the smallest token counter among its "
+        "backlogged users (tokens per unit weight, after refunds); the policy bounds it by twice a request's cost.",
+        labels=["tier"],
+    )
+    for tier, spread in sorted(figures.spreads.items()):
+        spreads.add_metric([tier], spread)
+    yield spreads
     if figures.written_at is not None:
         age = GaugeMetricFamily(
             "chat_dispatcher_figures_age_seconds",

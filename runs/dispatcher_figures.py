@@ -9,8 +9,9 @@ every ``SCHED_TICK_S``, so nothing waits longer; a dispatcher that stops loses a
 * ``metrics:dispatcher`` (a hash, kept): ``decisions|<tier>`` and the queue-wait histogram
   ``queue_wait_bucket|<tier>|<le>`` (cumulative), ``queue_wait_sum|<tier>``, ``queue_wait_count|<tier>``, by
   ``HINCRBY``/``HINCRBYFLOAT``;
-* ``metrics:dispatcher:state`` (a hash with a TTL, rewritten whole): ``gate|<tier>|<deployment>`` 1/0 and
-  ``written_at``. It vanishes ``STATE_TTL_S`` after the leader stops, so a dead dispatcher shows no gates.
+* ``metrics:dispatcher:state`` (a hash with a TTL, rewritten whole): ``gate|<tier>|<deployment>`` 1/0,
+  ``spread|<tier>`` (VTC's service difference between the tier's backlogged users, tokens) and ``written_at``.
+  It vanishes ``STATE_TTL_S`` after the leader stops, so a dead dispatcher shows no gates.
 
 ``monitoring.prometheus`` reads both at scrape time (:func:`read_dispatcher_figures`). Recording never raises.
 """
@@ -75,13 +76,14 @@ class DispatcherFigures:
         fields[f"queue_wait_sum|{tier}"] = fields.get(f"queue_wait_sum|{tier}", 0.0) + waited_s
         fields[f"queue_wait_count|{tier}"] = fields.get(f"queue_wait_count|{tier}", 0) + 1
 
-    def ticked(self, gates: Mapping[str, bool]) -> None:
+    def ticked(self, gates: Mapping[str, bool], spreads: Mapping[str, float]) -> None:
         now = self.clock()
         if now - self._written_at < self.write_interval_s:
             return
         self._written_at = now
         pending, self._pending = self._pending, {}
         state: dict[FieldT, EncodableT] = {f"gate|{tier}|{self.deployment}": int(o) for tier, o in gates.items()}
+        state.update({f"spread|{tier}": round(float(v), 1) for tier, v in spreads.items()})
         state["written_at"] = time.time()
         try:
             pipe = self.client.pipeline(transaction=False)
@@ -105,6 +107,8 @@ class DispatcherMetrics:
     """By tier."""
     gates: dict[tuple[str, str], bool] = field(default_factory=dict)
     """``(tier, deployment)`` -> open; empty when no dispatcher led lately."""
+    spreads: dict[str, float] = field(default_factory=dict)
+    """Tier -> VTC's service difference between its backlogged users at the leader's last write (tokens)."""
     written_at: float | None = None
     """Unix time of the leader's last write of the gate states."""
 
@@ -134,6 +138,8 @@ def read_dispatcher_figures(*, client: redis.Redis | None = None) -> DispatcherM
         parts = str(key).split("|")
         if parts[0] == "gate" and len(parts) == 3:
             out.gates[(parts[1], parts[2])] = float(value) > 0
+        elif parts[0] == "spread" and len(parts) == 2:
+            out.spreads[parts[1]] = float(value)
         elif parts[0] == "written_at":
             out.written_at = float(value)
     return out

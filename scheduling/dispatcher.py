@@ -88,8 +88,9 @@ class DispatchObserver(Protocol):
         """``run`` was sent after ``waited_s`` seconds in the scheduler's queue (enqueue to dispatch)."""
         ...
 
-    def ticked(self, gates: Mapping[str, bool]) -> None:
-        """A tick ended; ``gates``: whether each tier's gate admits a run now (from a user below their share)."""
+    def ticked(self, gates: Mapping[str, bool], spreads: Mapping[str, float]) -> None:
+        """A tick ended; ``gates``: whether each tier's gate admits a run now (from a user below their share);
+        ``spreads``: each tier's :meth:`FairPolicy.counter_spread` (VTC's service difference, tokens)."""
         ...
 
 
@@ -194,7 +195,7 @@ class Dispatcher:
         self.store.save_policy(self.policy.to_dict())
         if self.observer is not None:
             gates = {tier: self.gate.admits(tier, load) for tier in self.store.tiers if tier in self.gate.gates}
-            self._observe(partial(self.observer.ticked, gates))
+            self._observe(partial(self.observer.ticked, gates, self.policy.counter_spread()))
         if self.clock() - self._last_positions_at >= self.settings.positions_interval_s:
             self.refresh_positions()
         if self.housekeeping is not None and (

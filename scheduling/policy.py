@@ -82,6 +82,16 @@ class FairPolicy:
     def tier(self, name: str) -> TierSpec:
         return self._by_name[name]
 
+    def counter_spread(self) -> dict[str, float]:
+        """Per tier, the largest minus the smallest virtual counter among the users backlogged at the last sync:
+        VTC's service difference between backlogged users (tokens per unit weight, after refunds), which its
+        analysis bounds by twice the largest request cost. 0 with fewer than two backlogged users."""
+        spread: dict[str, float] = {}
+        for name, st in self._state.items():
+            counters = [st.counters.get(u, 0.0) for u in st.active]
+            spread[name] = max(counters) - min(counters) if len(counters) > 1 else 0.0
+        return spread
+
     def counter(self, tier: str, user_id: int) -> float:
         return self._state[tier].counters.get(user_id, 0.0)
 

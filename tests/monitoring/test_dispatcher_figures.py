@@ -78,6 +78,8 @@ def test_a_tick_records_decisions_queue_wait_and_gates_and_metrics_shows_them(
     for tier in ("pro", "plus", "free"):
         assert value(samples, "chat_dispatcher_gate_open", tier=tier, deployment=MODEL) == 1
     assert value(samples, "chat_dispatcher_gate_open", tier="batch", deployment=MODEL) in (0, 1)
+    # One backlogged user at most in every tier: no service difference.
+    assert value(samples, "chat_scheduler_service_spread_tokens", tier="pro") == 0
     age = value(samples, "chat_dispatcher_figures_age_seconds")
     assert age is not None and 0 <= age < 5
     assert value(samples, "chat_metrics_source_up", source="dispatcher") == 1
@@ -102,16 +104,18 @@ class RecordingObserver:
         self.fail = fail
         self.decisions: list[tuple[int, float]] = []
         self.gates: list[dict[str, bool]] = []
+        self.spreads: list[dict[str, float]] = []
 
     def decided(self, run: QueuedRun, *, waited_s: float) -> None:
         if self.fail:
             raise RuntimeError("observer down")
         self.decisions.append((run.run_id, waited_s))
 
-    def ticked(self, gates: Mapping[str, bool]) -> None:
+    def ticked(self, gates: Mapping[str, bool], spreads: Mapping[str, float]) -> None:
         if self.fail:
             raise RuntimeError("observer down")
         self.gates.append(dict(gates))
+        self.spreads.append(dict(spreads))
 
 
 def _memory_dispatcher(observer: Any, now: list[float]) -> tuple[Dispatcher, MemoryQueueStore, list[QueuedRun]]:
@@ -150,6 +154,7 @@ def test_the_observer_sees_each_decision_with_its_wait_and_the_gates_after_the_t
     assert observer.decisions == [(1, 10.0), (2, 2.5)]
     # Both slots taken by the runs just sent: pro may still queue one in the engine, batch waits for idle.
     assert observer.gates == [{"pro": True, "batch": False}]
+    assert observer.spreads == [{"pro": 0.0, "batch": 0.0}]  # both users' queues are empty again
 
 
 def test_a_failing_observer_never_stops_dispatching() -> None:

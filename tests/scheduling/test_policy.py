@@ -337,3 +337,21 @@ def test_a_returning_user_ahead_on_tokens_gets_a_headroom_slot_while_a_flood_hol
     assert policy.counter("free", 2) > policy.counter("free", 1)  # ahead on tokens by its first run
     assert step() == second
     assert step() is None  # the flood (at its share) still waits for a run of its own to end
+
+
+def test_counter_spread_is_the_service_difference_between_backlogged_users() -> None:
+    policy, queues = FairPolicy(TIERS), MemoryQueues()
+    for cost in (100, 100, 100):
+        queues.push(run(1, cost=cost))
+    queues.push(run(2, cost=30))
+    queues.push(run(2, cost=30))
+    assert policy.counter_spread()["free"] == 0  # nobody synced yet
+    # User 1 (lowest counter, served least recently... both 0: user 1's run is older) goes, then user 2.
+    assert [r.user_id for r in drain(policy, queues, 2)] == [1, 2]
+    policy.sync(queues.heads())
+    assert policy.counter_spread()["free"] == 70  # 100 charged against 30
+    policy.refund("free", 1, 50)  # user 1's run used half of what it was charged
+    assert policy.counter_spread()["free"] == 20
+    drain(policy, queues, 1)  # user 2 (30 < 50) goes again and has nothing left queued
+    policy.sync(queues.heads())
+    assert policy.counter_spread() == {"pro": 0, "plus": 0, "free": 0, "batch": 0}  # one backlogged user
