@@ -900,7 +900,8 @@ def light_ttfts(res: Result, users: set[int], warmup: float) -> tuple[list[float
     return values, censored
 
 
-async def compare_ttft(bench: RealtimeBench, seconds: float, warm: float, seed: int, table: Table) -> None:
+async def compare_ttft(bench: RealtimeBench, seconds: float, warm: float, seed: int, table: Table) -> float:
+    """Prints C1 and adds its rows to ``table``; returns ours' light p99 at share (the curve's baseline)."""
     print(
         "\n== C1. Light users' TTFT, heavy user at its share vs flooding at 10x (all free tier): a closed-loop user "
         "(1 prompt at a time, ~1 s think time) and an open-loop one (Poisson 0.3 prompts/s); 100-token prompts, "
@@ -938,6 +939,7 @@ async def compare_ttft(bench: RealtimeBench, seconds: float, warm: float, seed: 
             )
             print_vllm_split(parts)
         r = {k: p99s["10x flood"][k] / p99s["at share"][k] for k in ("closed", "open", "both")}
+        baseline = p99s["at share"]["both"]
         ratio[sched] = f"{r['both']:.2f} (closed {r['closed']:.2f}, open {r['open']:.2f})"
         p99_flood[sched] = f"{p99s['at share']['both']:.2f} -> {p99s['10x flood']['both']:.2f} s"
         print(f"{sched}: p99 ratio flood / at share: {ratio[sched]}   (target <= 1.5, aim 1.2)")
@@ -947,6 +949,7 @@ async def compare_ttft(bench: RealtimeBench, seconds: float, warm: float, seed: 
     )
     table.append(("light users' TTFT p99, at share -> 10x flood", p99_flood, ""))
     table.append(("light TTFT p99 ratio, flood / at share", ratio, "<= 1.5 (1.2)"))
+    return baseline
 
 
 async def compare_backlogged(bench: RealtimeBench, seconds: float, warm: float, seed: int, table: Table) -> None:
@@ -1025,10 +1028,18 @@ async def compare_throughput(bench: RealtimeBench, seconds: float, warm: float, 
 
 
 async def tradeoff_curve(
-    bench: RealtimeBench, seconds: float, warm: float, seed: int, headrooms: tuple[int, ...]
+    bench: RealtimeBench,
+    seconds: float,
+    warm: float,
+    seed: int,
+    headrooms: tuple[int, ...],
+    *,
+    at_share_p99: float | None,
+    budget: str,
 ) -> list[str]:
     """Ours under the 10x flood of C1 with more or fewer headroom slots: the light users' p99 against the flood's
-    throughput (the operator's dial, ``SCHED_HEADROOM_SLOTS``)."""
+    throughput (the operator's dials: ``SCHED_HEADROOM_SLOTS`` here, ``ENGINE_MAX_NUM_BATCHED_TOKENS`` per run).
+    The ratio is against ``at_share_p99`` (C1's, ours), measured first when C1 did not run."""
     print(
         "\n== C5. Trade-off: headroom slots against the light users' p99 and the flood's throughput (ours, C1 flood) =="
     )
@@ -1036,6 +1047,10 @@ async def tradeoff_curve(
         Workload(user=1, tier="free", rate_per_s=0.0, prompt=100, output=8, think_s=1.0),
         Workload(user=3, tier="free", rate_per_s=0.3, prompt=100, output=8),
     ]
+    if at_share_p99 is None:
+        res = await bench.run([*light, Workload(2, "free", 0.55, 100, 64)], seconds, gate=GATE, seed=seed)
+        at_share_p99 = pct(light_ttfts(res, {1, 3}, warm)[0], 0.99)
+        print(f"baseline: heavy at its share, shipped headroom ({GATE.headroom_slots}): light p99 {at_share_p99:.2f} s")
     lines = []
     for slots in headrooms:
         gate = GatePolicy(
@@ -1048,7 +1063,8 @@ async def tradeoff_curve(
         values, censored = light_ttfts(res, {1, 3}, warm)
         parts = light_parts(res, {1, 3}, warm)
         line = (
-            f"headroom {slots:2d} slots: light p50/p99 {pct(values, 0.5):.2f}/{pct(values, 0.99):.2f} s "
+            f"step budget {budget}, headroom {slots:2d} slots: light p50/p99 {pct(values, 0.5):.2f}/"
+            f"{pct(values, 0.99):.2f} s (ratio {pct(values, 0.99) / at_share_p99:.2f}) "
             f"({len(values)} prompts{f', {censored} unanswered' if censored else ''}), flood "
             f"{user_tokens_per_s(res, 2, warm):.1f} tok/s, all {tokens_per_s(res, warm):.1f} tok/s, "
             f"mean batch {mean_batch(res, warm)[0]:.1f}"
@@ -1246,14 +1262,18 @@ def realtime(
                     ">= 0.95",
                 )
             )
+        baseline = None
         if "compare" in figures:
             print("\nSchedulers: " + "; ".join(f"{k}: {SCHEDULERS[k]}" for k in COMPARED))
-            await compare_ttft(bench, seconds, warm, seed, table)
+            baseline = await compare_ttft(bench, seconds, warm, seed, table)
             await compare_backlogged(bench, seconds, warm, seed, table)
             await compare_tiers(bench, seconds, warm, seed, table)
             await compare_throughput(bench, seconds, warm, seed, table)
         if "curve" in figures:
-            curve.extend(await tradeoff_curve(bench, seconds, warm, seed, headrooms))
+            budget = str(config.max_num_batched_tokens or "default")
+            curve.extend(
+                await tradeoff_curve(bench, seconds, warm, seed, headrooms, at_share_p99=baseline, budget=budget)
+            )
         await engine.shutdown()
 
     table: Table = []

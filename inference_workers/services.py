@@ -310,6 +310,7 @@ def _generate_claimed(*, run_id: int, runtime: WorkerRuntime, engine_priority: i
                             f"run {run_id}: first token (attempt {attempt})",
                             attempt=attempt,
                             ttft_s=seconds_between(run.created_at, timezone.now()),
+                            engine_priority=request.priority,
                             **(delta.timing.as_fields() if delta.timing is not None else {}),
                         )
                     if delta.finish_reason is not None:

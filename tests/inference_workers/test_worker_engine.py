@@ -150,6 +150,40 @@ def test_prompt_ends_done_with_the_streamed_text_and_redelivery_adds_nothing(eng
     )
 
 
+def _first_token_fields(run_id: int) -> dict[str, str]:
+    """The ``key=value`` fields of the worker's ``first_token`` line for ``run_id`` (plain log format)."""
+    log = ROOT / "artifacts" / "engine-worker.log"
+    found: list[dict[str, str]] = []
+
+    def line_is_there() -> bool:
+        for line in log.read_text(errors="replace").splitlines():
+            if "event=first_token " in line and f" run_id={run_id} " in line:
+                found.append(dict(kv.split("=", 1) for kv in line.split() if "=" in kv))
+                return True
+        return False
+
+    wait_for(line_is_there, timeout=10, what=f"run {run_id}'s first_token line in {log}")
+    return found[0]
+
+
+def test_the_dispatchers_priority_reaches_vllm_and_first_token_says_where_the_time_went(engine_worker: str) -> None:
+    run = _queued_run(content="Name one colour.", max_tokens=8)
+    send_to_worker(run_id=run.pk, queue=run.tier.name, engine_priority=23)  # a band the dispatcher could choose
+    run = wait_terminal(run, timeout=120)
+    assert run.status == RunStatus.DONE, run.error
+
+    fields = _first_token_fields(run.pk)
+    assert fields["engine_priority"] == "23"  # the task's kwarg, not the run's stored tier priority (0)
+    # vLLM's own per-request timestamps, split: to its core, in its waiting queue, prefill, back to the worker.
+    names = ("engine_submit_s", "engine_waiting_s", "engine_prefill_s", "engine_output_s")
+    parts = {k: float(fields[k]) for k in names}
+    assert all(v >= 0 for v in parts.values()), parts
+    assert parts["engine_prefill_s"] > 0  # a real prompt's prefill takes time on the engine
+    assert fields["engine_preemptions"] == "0"
+    assert run.first_token_at is not None and run.started_at is not None
+    assert sum(parts.values()) <= (run.first_token_at - run.started_at).total_seconds() + 0.05
+
+
 def _web_metrics() -> str:
     """The web tier's ``/metrics``, read through Django as any web replica serves it."""
     resp = Client().get("/metrics")
