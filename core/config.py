@@ -56,8 +56,8 @@ class EngineConfig:
     """Simulated engine: tokens per answer when the request's max_tokens allows."""
     max_num_batched_tokens: int = 0
     """vLLM's token budget of one engine step (prefill chunks plus decodes; chunked prefill splits longer prompts).
-    0: vLLM's default (2048 here). A smaller budget bounds how long a flood's prefills can stretch one step, at
-    the cost of prefill throughput."""
+    A smaller budget bounds how long a flood's prefills can stretch one step, at the cost of prefill throughput.
+    0: 256 on a CPU build of vLLM (measured: see the README's fairness section), vLLM's own default elsewhere."""
     tool_call_parser: str = ""
     """One of vLLM's tool-call parsers (``hermes``...) for ``tool_choice: "auto"``; empty: none, and "auto" is a 400
     (named and "required" tool choices need none). See ``openai_api.tools.SUPPORTED_TOOL_CALL_PARSERS``."""

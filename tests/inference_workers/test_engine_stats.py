@@ -7,8 +7,8 @@ import json
 import pytest
 
 from core.worker_contract import WorkerHeartbeat, heartbeat_key, worker_heartbeats
-from inference_workers.engine.base import EngineStats
-from inference_workers.engine.vllm_engine import _make_stat_logger, _StatsSink
+from inference_workers.engine.base import EngineStats, EngineTiming
+from inference_workers.engine.vllm_engine import _make_stat_logger, _StatsSink, engine_timing
 from inference_workers.runtime import WorkerRuntime
 
 
@@ -87,3 +87,28 @@ def test_the_figures_keep_the_time_vllm_measured_them_and_the_heartbeat_carries_
     [beat] = [b for b in worker_heartbeats() if b.worker == sim_runtime.worker_name]
     assert beat.stats_at == 123.0 and beat.updated_at > beat.stats_at
     assert WorkerHeartbeat.from_json(json.dumps({**json.loads(beat.to_json()), "stats_at": None})).stats_at is None
+
+
+def test_vllms_request_timestamps_split_the_wait_for_the_first_token() -> None:
+    from vllm.v1.metrics.stats import RequestStateStats
+
+    stats = RequestStateStats(queued_ts=100.5, scheduled_ts=101.25, first_token_ts=102.0, num_preemptions=1)
+    timing = engine_timing(stats, submitted=100.0, received=102.125)
+    assert timing == EngineTiming(submit_s=0.5, waiting_s=0.75, prefill_s=0.75, output_s=0.125, preemptions=1)
+    assert timing.as_fields()["engine_waiting_s"] == 0.75
+    # Not all stamped yet (or stats logging off): no split rather than a wrong one.
+    assert engine_timing(RequestStateStats(queued_ts=100.5), submitted=100.0, received=101.0) is None
+    assert engine_timing(None, submitted=100.0, received=101.0) is None
+
+
+def test_the_step_token_budget_is_bounded_on_cpu_unless_configured() -> None:
+    import dataclasses
+
+    from django.conf import settings
+    from vllm.platforms import current_platform
+
+    from inference_workers.engine.vllm_engine import CPU_STEP_TOKEN_BUDGET, step_token_budget
+
+    auto = dataclasses.replace(settings.ENGINE, max_num_batched_tokens=0)
+    assert step_token_budget(auto) == (CPU_STEP_TOKEN_BUDGET if current_platform.is_cpu() else None)
+    assert step_token_budget(dataclasses.replace(auto, max_num_batched_tokens=4096)) == 4096
