@@ -58,7 +58,7 @@ GATE = GatePolicy(
     },
     fallback_max_in_flight=8,
     idle_running_fraction=0.5,
-    headroom_slots=2,
+    headroom_slots=4,
 )
 
 
@@ -965,7 +965,9 @@ async def compare_ttft(
     return baseline
 
 
-async def compare_backlogged(bench: RealtimeBench, seconds: float, warm: float, seed: int, table: Table) -> None:
+async def compare_backlogged(
+    bench: RealtimeBench, seconds: float, warm: float, seed: int, table: Table, compared: tuple[str, ...] = COMPARED
+) -> None:
     sizes = [(32, 16), (64, 32), (128, 48), (256, 64)]
     print(
         "\n== C2. 4 equally weighted backlogged free-tier users of different sizes (prompt/max output "
@@ -977,7 +979,7 @@ async def compare_backlogged(bench: RealtimeBench, seconds: float, warm: float, 
     length = 1.5 * seconds
     jains: dict[str, str] = {}
     diffs: dict[str, str] = {}
-    for sched in COMPARED:
+    for sched in compared:
         res = await bench.run(workloads, length, gate=GATE, seed=seed, mode=sched)
         service = service_events(res)
         generated = [(t, u, float(n)) for t, u, _, n in res.engine.produced]
@@ -998,12 +1000,14 @@ async def compare_backlogged(bench: RealtimeBench, seconds: float, warm: float, 
     table.append(("service difference / largest request cost (VTC)", diffs, "<= 2"))
 
 
-async def compare_tiers(bench: RealtimeBench, seconds: float, warm: float, seed: int, table: Table) -> None:
+async def compare_tiers(
+    bench: RealtimeBench, seconds: float, warm: float, seed: int, table: Table, compared: tuple[str, ...] = COMPARED
+) -> None:
     print("\n== C3. Tier shares of tokens served: one user per tier, each sending 3 prompts/s (100/64) ==")
     workloads = [Workload(20 + k, tier, 3.0, 100, 64) for k, tier in enumerate(("pro", "plus", "free", "batch"))]
     settle = 2 * warm
     shares: dict[str, str] = {}
-    for sched in COMPARED:
+    for sched in compared:
         res = await bench.run(workloads, 1.5 * seconds, gate=GATE, seed=seed, mode=sched)
         served: dict[str, float] = defaultdict(float)
         for t, _, tier, n in res.engine.produced:
@@ -1018,11 +1022,13 @@ async def compare_tiers(bench: RealtimeBench, seconds: float, warm: float, seed:
     table.append(("tier shares served (pro / plus / free / batch)", shares, "0.7/0.2/0.1/0"))
 
 
-async def compare_throughput(bench: RealtimeBench, seconds: float, warm: float, seed: int, table: Table) -> None:
+async def compare_throughput(
+    bench: RealtimeBench, seconds: float, warm: float, seed: int, table: Table, compared: tuple[str, ...] = COMPARED
+) -> None:
     print("\n== C4. Throughput, saturated: 8 users across 3 tiers, 1 prompt/s each (150/96) ==")
     workloads = [Workload(30 + k, ("pro", "plus", "free")[k % 3], 1.0, 150, 96) for k in range(8)]
     figures: dict[str, float] = {}
-    for sched in COMPARED:
+    for sched in compared:
         res = await bench.run(workloads, seconds, gate=GATE, seed=seed, mode=sched)
         assert isinstance(res.engine, Trace)
         batch, tpot = mean_batch(res, warm)
@@ -1034,7 +1040,10 @@ async def compare_throughput(bench: RealtimeBench, seconds: float, warm: float, 
     table.append(
         (
             "output tok/s, saturated (ours / FCFS)",
-            {k: f"{v:.1f} ({v / figures['fcfs']:.3f})" for k, v in figures.items()},
+            {
+                k: f"{v:.1f} ({v / figures['fcfs']:.3f})" if "fcfs" in figures else f"{v:.1f}"
+                for k, v in figures.items()
+            },
             ">= 0.95 of FCFS",
         )
     )
@@ -1288,11 +1297,11 @@ def realtime(
         if "ttft" in figures:
             baseline = await compare_ttft(bench, seconds, warm, seed, table, compared)
         if "compare" in figures:
-            print("\nSchedulers: " + "; ".join(f"{k}: {SCHEDULERS[k]}" for k in COMPARED))
-            baseline = await compare_ttft(bench, seconds, warm, seed, table)
-            await compare_backlogged(bench, seconds, warm, seed, table)
-            await compare_tiers(bench, seconds, warm, seed, table)
-            await compare_throughput(bench, seconds, warm, seed, table)
+            print("\nSchedulers: " + "; ".join(f"{k}: {SCHEDULERS[k]}" for k in compared))
+            baseline = await compare_ttft(bench, seconds, warm, seed, table, compared)
+            await compare_backlogged(bench, seconds, warm, seed, table, compared)
+            await compare_tiers(bench, seconds, warm, seed, table, compared)
+            await compare_throughput(bench, seconds, warm, seed, table, compared)
         if "curve" in figures:
             budget = str(step_budget)
             curve.extend(
@@ -1310,10 +1319,10 @@ def realtime(
         for figure, measured, target in rows:
             print(f"| {figure:62} | {measured:28} | {target:6} |")
     if table:
-        print("| figure | " + " | ".join(SCHEDULERS[k].split(":")[0] for k in COMPARED) + " | target |")
-        print("| --- " * (len(COMPARED) + 2) + "|")
+        print("| figure | " + " | ".join(SCHEDULERS[k].split(":")[0] for k in compared) + " | target |")
+        print("| --- " * (len(compared) + 2) + "|")
         for figure, by_sched, target in table:
-            print(f"| {figure} | " + " | ".join(by_sched.get(k, "") for k in COMPARED) + f" | {target} |")
+            print(f"| {figure} | " + " | ".join(by_sched.get(k, "") for k in compared) + f" | {target} |")
     for line in curve:
         print(line)
     print(f"(wall time {time.time() - started:.0f} s)")
@@ -1344,7 +1353,7 @@ def main(argv: list[str] | None = None) -> None:
         "side by side on one workload; ttft: its first part alone, for --schedulers; curve: ours with other headroom "
         "slots; the rest: ours alone)",
     )
-    parser.add_argument("--schedulers", default=",".join(COMPARED), help="the schedulers of the ttft figure")
+    parser.add_argument("--schedulers", default=",".join(COMPARED), help="the schedulers of compare and ttft")
     parser.add_argument(
         "--headroom",
         type=int,

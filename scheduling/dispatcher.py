@@ -58,10 +58,24 @@ def fair_slot_share(slots: int, in_flight: dict[int, int], heads: dict[str, dict
     return max(1.0, slots / (len(active) + 1))
 
 
-def user_is_busy(run: QueuedRun, *, in_flight: dict[int, int], share: float, top_tier: str | None) -> bool:
-    """Whether the gate's headroom is closed to ``run``: its user holds at least their share of the slots, or a
-    higher tier is backlogged (the headroom must not undo strict priority)."""
-    return run.tier != top_tier or in_flight.get(run.user_id, 0) >= share
+def user_is_busy(
+    run: QueuedRun,
+    *,
+    in_flight: dict[int, int],
+    share: float,
+    top_tier: str | None,
+    tokens_ahead: float = 0.0,
+    quantum: float = float("inf"),
+) -> bool:
+    """Whether the gate's headroom is closed to ``run``: its user holds at least their share of the slots, or is
+    more than ``quantum`` tokens (one request's cost) ahead of the tier's lowest backlogged counter, or a higher
+    tier is backlogged (the headroom must not undo strict priority).
+
+    The headroom is for a user returning from idle (lifted to the lowest counter, so at most its own last run
+    ahead). Without the token condition, every decision made at the headroom's edge would go to whoever holds the
+    fewest slots, which among backlogged users equalizes slots (output tokens) rather than input + output tokens:
+    a user of long prompts would be served more than its share of tokens."""
+    return run.tier != top_tier or in_flight.get(run.user_id, 0) >= share or tokens_ahead > quantum
 
 
 ENGINE_PRIORITY_BANDS = 10
@@ -221,9 +235,24 @@ class Dispatcher:
         share = fair_slot_share(load.slots, busy, heads)
         top = next((t.name for t in self.policy.tiers if heads.get(t.name)), None)
         cache: dict[tuple[str, bool], bool] = {}
+        lowest: dict[str, float] = {}
+        quantum: dict[str, float] = {}
+        for tier, users in heads.items():
+            if users:
+                lowest[tier] = min(self.policy.counter(tier, u) for u in users)
+                quantum[tier] = max(r.cost / max(r.weight, 1e-6) for r in users.values())
 
         def admits(tier: str, run: QueuedRun) -> bool:
-            key = (tier, user_is_busy(run, in_flight=busy, share=share, top_tier=top))
+            ahead = self.policy.counter(run.tier, run.user_id) - lowest.get(run.tier, 0.0)
+            busy_user = user_is_busy(
+                run,
+                in_flight=busy,
+                share=share,
+                top_tier=top,
+                tokens_ahead=ahead,
+                quantum=quantum.get(run.tier, float("inf")),
+            )
+            key = (tier, busy_user)
             if key not in cache:
                 cache[key] = self.gate.admits(tier, load, user_busy=key[1])
             return cache[key]

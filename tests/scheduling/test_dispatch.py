@@ -410,3 +410,41 @@ def test_a_user_below_their_share_is_sent_at_a_better_vllm_priority_than_a_flood
     by_user = {r.user_id: r.engine_priority for r in sent}
     # 16 slots / (2 users + 1) = 5.3 each: the light user (nothing in flight) is band 0, the flood (6) band 1.
     assert by_user == {2: 20, 1: 21}
+
+
+def test_the_headroom_goes_to_a_user_short_of_slots_only_if_not_ahead_on_tokens(store: QueueStore) -> None:
+    """At the headroom's edge a user below their slot share may pass, but not one more than a request's cost ahead
+    on tokens: else the slots, not the tokens, would be shared (a user of long prompts served more tokens)."""
+    clock = FakeClock()
+    gate = GatePolicy(gates=GATE.gates, fallback_max_in_flight=3, idle_running_fraction=0.5, headroom_slots=4)
+    for i in range(3):  # the user of short requests holds 3 slots, the one of long requests 1
+        store.push(q(100 + i, 2, cost=30))
+        assert store.claim(q(100 + i, 2, cost=30), now=clock.now - 10)
+    store.push(q(200, 1, cost=300))
+    assert store.claim(q(200, 1, cost=300), now=clock.now - 10)
+    store.push(q(201, 1, cost=300))
+    store.push(q(101 + 10, 2, cost=30))
+
+    def tick_with(counter_long: float) -> list[QueuedRun]:
+        state = {"tiers": {"free": {"counters": {"1": counter_long, "2": 90.0}, "active": [1, 2], "vtime": 90.0}}}
+        store.save_policy(state)
+        sent: list[QueuedRun] = []
+        # 4 of 8 slots taken: the edge of the 4 headroom slots, where only users short of their share pass.
+        samples = [EngineSample(slots=8, running=4, waiting=0, tpot_s=0.1, updated_at=clock.now)]
+        d = Dispatcher(
+            store=store,
+            policy=FairPolicy(SPECS),
+            gate=gate,
+            settings=SETTINGS,
+            stats=lambda: samples,
+            send=sent.append,
+            clock=clock,
+            use_leader_lock=False,  # a fresh dispatcher per case
+        )
+        d.tick()
+        return sent
+
+    # 510 tokens ahead of the other user, more than one request (300): no headroom for it, nor for the user at share.
+    assert tick_with(600.0) == []
+    # 210 ahead (its own last request, as a user lifted on returning from idle is): it gets the headroom slot.
+    assert [r.run_id for r in tick_with(300.0)] == [201]
