@@ -304,6 +304,7 @@ def _generate_claimed(*, run_id: int, runtime: WorkerRuntime, engine_priority: i
                     coalescer.add(delta.text, delta.new_tokens, delta.logprobs)
                     if first_token:
                         _mark_first_token(run_id=run_id, attempt=attempt)
+                        timing: dict[str, object] = {} if delta.timing is None else dict(delta.timing.as_fields())
                         log_run_event(
                             RunEvent.FIRST_TOKEN,
                             run,
@@ -311,7 +312,9 @@ def _generate_claimed(*, run_id: int, runtime: WorkerRuntime, engine_priority: i
                             attempt=attempt,
                             ttft_s=seconds_between(run.created_at, timezone.now()),
                             engine_priority=request.priority,
-                            **(delta.timing.as_fields() if delta.timing is not None else {}),
+                            worker=None,
+                            level=logging.INFO,
+                            **timing,  # worker and level given: these can only be record fields
                         )
                     if delta.finish_reason is not None:
                         finish_reason = EngineFinishReason(delta.finish_reason)

@@ -155,7 +155,7 @@ class VllmEngine:
             logits_processors=self._logits_processors,  # type: ignore[arg-type]
             max_logprobs=MAX_TOP_LOGPROBS,
             structured_outputs_config=StructuredOutputsConfig(backend=cfg.structured_outputs_backend),  # type: ignore[arg-type]
-            **({"max_num_batched_tokens": budget} if budget is not None else {}),
+            max_num_batched_tokens=budget,  # None: vLLM's default
         )
         logger.info("building vLLM engine: %s", json.dumps({"model": cfg.model_path, "dtype": cfg.dtype}))
         self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[_make_stat_logger(self._sink)])
