@@ -68,8 +68,8 @@ def user_is_busy(
     quantum: float = float("inf"),
 ) -> bool:
     """Whether the gate's headroom is closed to ``run``: its user holds at least their share of the slots, or is
-    more than ``quantum`` tokens (one request's cost) ahead of the tier's lowest backlogged counter, or a higher
-    tier is backlogged (the headroom must not undo strict priority).
+    more than ``quantum`` tokens (:data:`HEADROOM_TOKEN_ALLOWANCE` of the tier's largest requests) ahead of the
+    tier's lowest backlogged counter, or a higher tier is backlogged (the headroom must not undo strict priority).
 
     The headroom is for a user returning from idle (lifted to the lowest counter, so at most its own last run
     ahead). Without the token condition, every decision made at the headroom's edge would go to whoever holds the
@@ -77,6 +77,11 @@ def user_is_busy(
     a user of long prompts would be served more than its share of tokens."""
     return run.tier != top_tier or in_flight.get(run.user_id, 0) >= share or tokens_ahead > quantum
 
+
+HEADROOM_TOKEN_ALLOWANCE = 2
+"""How many of the tier's largest requests a user may be ahead of its lowest backlogged counter and still use the
+headroom: 1 equalizes tokens among backlogged users best, but a light user who sends two or three prompts at once
+(an open-loop user) then waits for the flood's counter to catch up; 2 keeps both (see README "Fairness")."""
 
 ENGINE_PRIORITY_BANDS = 10
 """Fairness bands of vLLM's priority within one tier: a tier's runs get ``tier priority x 10 + band``."""
@@ -240,7 +245,8 @@ class Dispatcher:
         for tier, users in heads.items():
             if users:
                 lowest[tier] = min(self.policy.counter(tier, u) for u in users)
-                quantum[tier] = max(r.cost / max(r.weight, 1e-6) for r in users.values())
+                largest = max(r.cost / max(r.weight, 1e-6) for r in users.values())
+                quantum[tier] = HEADROOM_TOKEN_ALLOWANCE * largest
 
         def admits(tier: str, run: QueuedRun) -> bool:
             ahead = self.policy.counter(run.tier, run.user_id) - lowest.get(run.tier, 0.0)

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 import redis
 
-from scheduling.dispatcher import Dispatcher, DispatcherSettings, engine_priority
+from scheduling.dispatcher import HEADROOM_TOKEN_ALLOWANCE, Dispatcher, DispatcherSettings, engine_priority
 from scheduling.gate import EngineSample, GatePolicy, TierGate
 from scheduling.memory_store import MemoryQueueStore
 from scheduling.policy import FairPolicy, QueuedRun, TierSpec
@@ -413,7 +413,7 @@ def test_a_user_below_their_share_is_sent_at_a_better_vllm_priority_than_a_flood
 
 
 def test_the_headroom_goes_to_a_user_short_of_slots_only_if_not_ahead_on_tokens(store: QueueStore) -> None:
-    """At the headroom's edge a user below their slot share may pass, but not one more than a request's cost ahead
+    """At the headroom's edge a user below their slot share may pass, but not one more than two requests' cost ahead
     on tokens: else the slots, not the tokens, would be shared (a user of long prompts served more tokens)."""
     clock = FakeClock()
     gate = GatePolicy(gates=GATE.gates, fallback_max_in_flight=3, idle_running_fraction=0.5, headroom_slots=4)
@@ -444,7 +444,9 @@ def test_the_headroom_goes_to_a_user_short_of_slots_only_if_not_ahead_on_tokens(
         d.tick()
         return sent
 
-    # 510 tokens ahead of the other user, more than one request (300): no headroom for it, nor for the user at share.
-    assert tick_with(600.0) == []
-    # 210 ahead (its own last request, as a user lifted on returning from idle is): it gets the headroom slot.
-    assert [r.run_id for r in tick_with(300.0)] == [201]
+    # 710 tokens ahead of the other user, more than two requests (2 x 300): no headroom for it, nor for the user
+    # at its share.
+    assert HEADROOM_TOKEN_ALLOWANCE == 2
+    assert tick_with(800.0) == []
+    # 510 ahead (less than two of the largest requests: a light user sending two prompts at once): headroom slot.
+    assert [r.run_id for r in tick_with(600.0)] == [201]
