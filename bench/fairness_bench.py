@@ -882,6 +882,18 @@ def service_difference(res: Result, users: list[int], *, start: float, end: floa
     return worst, largest
 
 
+def served_by_tier(res: Result, settle: float) -> dict[str, float]:
+    """Tokens served per tier after ``settle``: output tokens as generated, a prompt when its first token came."""
+    served: dict[str, float] = defaultdict(float)
+    for t, _, tier, n in res.engine.produced:
+        if t >= settle:
+            served[tier] += n
+    for r in res.requests:
+        if r.first_token is not None and r.first_token >= settle:
+            served[r.tier] += r.prompt
+    return served
+
+
 def user_tokens_per_s(res: Result, user: int, start: float) -> float:
     return sum(n for t, u, _, n in res.engine.produced if u == user and t >= start) / (res.horizon - start)
 
@@ -1009,13 +1021,7 @@ async def compare_tiers(
     shares: dict[str, str] = {}
     for sched in compared:
         res = await bench.run(workloads, 1.5 * seconds, gate=GATE, seed=seed, mode=sched)
-        served: dict[str, float] = defaultdict(float)
-        for t, _, tier, n in res.engine.produced:
-            if t >= settle:
-                served[tier] += n
-        for r in res.requests:
-            if r.first_token is not None and r.first_token >= settle:
-                served[r.tier] += r.prompt
+        served = served_by_tier(res, settle)
         total = sum(served.values()) or 1.0
         shares[sched] = " / ".join(f"{served[t] / total:.3f}" for t in ("pro", "plus", "free", "batch"))
         print(f"{sched:20} pro / plus / free / batch: {shares[sched]}   (configured 0.7 / 0.2 / 0.1 / 0, +-5%)")
@@ -1246,13 +1252,7 @@ def realtime(
             res = await bench.run(workloads, 1.5 * seconds, gate=GATE, seed=seed)
             settle = 2 * warm  # runs dispatched at the start (batch too, while the engine was idle) end by then
             print(f"(tokens served and runs dispatched after the first {settle:.0f} s)")
-            served: dict[str, float] = defaultdict(float)
-            for t, _, tier, n in res.engine.produced:
-                if t >= settle:
-                    served[tier] += n
-            for r in res.requests:
-                if r.first_token is not None and r.first_token >= settle:
-                    served[r.tier] += r.prompt
+            served = served_by_tier(res, settle)
             charged: dict[str, float] = defaultdict(float)
             for t, r in res.dispatched:
                 if t >= settle:
