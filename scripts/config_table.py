@@ -33,7 +33,15 @@ SETTINGS_HELP = {
     "DJANGO_CSRF_TRUSTED_ORIGINS": "Comma-separated origins (scheme://host[:port]) trusted for CSRF behind a proxy.",
     "DEMO_PASSWORD": "Password of the demo users that `make run` creates (local use only).",
     "DATABASE_URL": "Postgres, as a URL.",
-    "DB_CONN_MAX_AGE": "Seconds a database connection is kept open (0: one per request).",
+    "DB_CONN_MAX_AGE": (
+        "Seconds a database connection is kept open (0: one per request); must be 0 while the pool is on."
+    ),
+    "DB_POOL_MAX_SIZE": (
+        "Postgres connections each process may pool (psycopg_pool; 0: no pool, a connection per request or task)."
+        " The worker holds one per run in progress, so at least `ENGINE_MAX_NUM_SEQS`; every process's pool together"
+        " must stay under Postgres' `max_connections`."
+    ),
+    "DB_POOL_TIMEOUT_S": "Seconds a request or task waits for a pooled connection before it fails.",
     "API_TOKEN_CACHE_S": (
         "Seconds a web process keeps an API token's user, tier and limits in memory (0: off): a revoked token, a"
         " deactivated user or changed limits take effect within this time (accounts/authentication.py)."

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import django_stubs_ext
+from django.core.exceptions import ImproperlyConfigured
 
 from core.config import (
     BASE_DIR,
@@ -83,6 +84,23 @@ TEMPLATES = [
 
 DATABASES = {"default": env.db("DATABASE_URL", default="postgres://chat:chat@127.0.0.1:5432/chat")}
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=0)
+# Each process keeps a pool of Postgres connections (psycopg_pool, Django's "pool" option): a request or a task
+# takes one and gives it back when Django closes it, instead of opening one each time (a Postgres backend to fork
+# and authenticate: most of Postgres' CPU per run before the pool). 0: no pool, a connection per request (or one
+# kept DB_CONN_MAX_AGE seconds). The worker's task threads each hold one for a whole run, so its pool needs at least
+# ENGINE_MAX_NUM_SEQS; every process's pool together must stay under Postgres' max_connections.
+DB_POOL_MAX_SIZE = env.int("DB_POOL_MAX_SIZE", default=40)
+DB_POOL_TIMEOUT_S = env.float("DB_POOL_TIMEOUT_S", default=10.0)
+if DB_POOL_MAX_SIZE > 0:
+    if DATABASES["default"]["CONN_MAX_AGE"]:
+        raise ImproperlyConfigured(
+            "DB_CONN_MAX_AGE must be 0 while the connection pool is on (DB_POOL_MAX_SIZE > 0): set one of them to 0."
+        )
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": min(2, DB_POOL_MAX_SIZE),
+        "max_size": DB_POOL_MAX_SIZE,
+        "timeout": DB_POOL_TIMEOUT_S,
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Seconds a web process keeps an API token's user (tier, limits) in memory (accounts/authentication.py; 0: off).
