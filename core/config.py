@@ -267,7 +267,9 @@ class SchedulerConfig:
     in_flight_ttl_s: float
     """A dispatched run whose end is never reported stops counting as in flight after this long."""
     tick_s: float
-    """The dispatcher's sleep when it has nothing to do or the engines have no room."""
+    """The longest the dispatcher waits between two looks when it has nothing to do or the engines have no room:
+    it is woken at once when a run is queued, a run ends or a worker's engine counts change, so this only bounds
+    how often a standby checks the leader lock and the leader renews it (well under ``leader_ttl_ms``)."""
     positions_interval_s: float
     """How often the dispatcher recomputes queue positions and estimated waits (and emits status events)."""
     leader_ttl_ms: int
@@ -290,7 +292,7 @@ def scheduler_config_from_env() -> SchedulerConfig:
         idle_running_fraction=env.float("SCHED_IDLE_RUNNING_FRACTION", default=0.5),
         headroom_slots=env.int("SCHED_HEADROOM_SLOTS", default=4),
         in_flight_ttl_s=env.float("SCHED_IN_FLIGHT_TTL_S", default=3600.0),
-        tick_s=env.float("SCHED_TICK_S", default=0.05),
+        tick_s=env.float("SCHED_TICK_S", default=1.0),
         positions_interval_s=env.float("SCHED_POSITIONS_INTERVAL_S", default=1.0),
         leader_ttl_ms=env.int("SCHED_LEADER_TTL_MS", default=5000),
         admission_pending_ttl_s=env.float("ADMISSION_PENDING_TTL_S", default=60.0),

@@ -9,6 +9,10 @@ Redis keys:
 
 * ``worker:heartbeat:{worker}``: the worker's latest :class:`WorkerHeartbeat` (JSON), with a TTL of
   ``WORKERS.heartbeat_ttl_s``: it vanishes that long after the worker dies.
+* ``workers:live``: a sorted set of worker names scored by their last heartbeat's Unix time (its key's expiry),
+  so a reader finds the live workers in two round trips (``ZRANGEBYSCORE`` + ``MGET``) instead of a ``SCAN``
+  of the whole keyspace, which holds a stream per recent run (the dispatcher reads them every tick). Each
+  heartbeat drops the names whose heartbeat has expired.
 * ``run:{id}:lease``: held by the worker generating the run (``"<worker>/<pid>-<nonce>"``), refreshed with
   the heartbeat; the reaper requeues a streaming run whose lease is gone.
 * ``run:{id}:cancel``: set (with a TTL) when a streaming run is to be aborted; ``runs:cancel`` is the pub/sub
@@ -40,6 +44,7 @@ SUMMARIZE_TASK = "inference_workers.summarize"
 """``summarize(chat_id)``: refresh a chat's rolling summary at the lowest engine priority."""
 
 HEARTBEAT_PREFIX = "worker:heartbeat:"
+LIVE_WORKERS_KEY = "workers:live"
 ENGINE_METRICS_PREFIX = "worker:metrics:"
 ENGINE_METRIC_FAMILY_PREFIX = "vllm:"
 """Only the engine's own families travel (not the worker process's ``process_*``/``python_*`` ones, which would
@@ -135,13 +140,36 @@ class WorkerHeartbeat:
         return (now if now is not None else time.time()) - self.updated_at
 
 
+def write_heartbeat(beat: WorkerHeartbeat, *, ttl_s: int, client: redis.Redis | redis.client.Pipeline) -> None:
+    """Stores ``beat`` for ``ttl_s`` seconds and lists its worker in ``workers:live`` until then (on a pipeline:
+    queued with its other commands); drops the workers listed whose heartbeat has expired."""
+    expires_at = beat.updated_at + ttl_s
+    client.set(heartbeat_key(beat.worker), beat.to_json(), ex=ttl_s)
+    client.zadd(LIVE_WORKERS_KEY, {beat.worker: expires_at})
+    client.zremrangebyscore(LIVE_WORKERS_KEY, "-inf", f"({beat.updated_at}")
+
+
+def drop_heartbeat(worker: str, *, client: redis.Redis | None = None) -> None:
+    """The worker stops advertising itself at once (its heartbeat and engine metrics go, and its listing)."""
+    pipe = (client or get_redis()).pipeline(transaction=False)
+    pipe.delete(heartbeat_key(worker), engine_metrics_key(worker))
+    pipe.zrem(LIVE_WORKERS_KEY, worker)
+    pipe.execute()
+
+
+def live_worker_names(*, client: redis.Redis | None = None) -> list[str]:
+    """The workers whose heartbeat has not expired, by name (one round trip)."""
+    names = (client or get_redis()).zrangebyscore(LIVE_WORKERS_KEY, time.time(), "+inf")
+    return sorted(str(name) for name in names)
+
+
 def worker_heartbeats(*, client: redis.Redis | None = None) -> list[WorkerHeartbeat]:
     """Every live worker's latest heartbeat (a heartbeat vanishes with its TTL when the worker dies)."""
     client = client or get_redis()
-    keys = sorted(client.scan_iter(match=f"{HEARTBEAT_PREFIX}*", count=100))
-    if not keys:
+    names = live_worker_names(client=client)
+    if not names:
         return []
-    return [WorkerHeartbeat.from_json(str(raw)) for raw in client.mget(keys) if raw]
+    return [WorkerHeartbeat.from_json(str(raw)) for raw in client.mget([heartbeat_key(n) for n in names]) if raw]
 
 
 def worker_heartbeat(worker: str, *, client: redis.Redis | None = None) -> WorkerHeartbeat | None:

@@ -36,14 +36,15 @@ from core.worker_contract import (
     WorkerHeartbeat,
     cancel_channel,
     cancel_key,
-    engine_metrics_key,
+    drop_heartbeat,
     engine_metrics_ttl_s,
-    heartbeat_key,
     publish_engine_metrics,
     run_lease_key,
+    write_heartbeat,
 )
 from inference_workers.engine.base import InferenceEngine
 from inference_workers.engine.host import EngineHost
+from scheduling.redis_store import wake_dispatcher
 
 logger = logging.getLogger(__name__)
 
@@ -107,6 +108,8 @@ class WorkerRuntime:
         self._threads: list[threading.Thread] = []
         self.metrics_registry = metrics_registry
         self._metrics_published_at = float("-inf")
+        self._last_seen: tuple[int, int, int] | None = None
+        """(running, waiting, active runs) of the last heartbeat: the dispatcher is woken when they change."""
         self.exit_process = exit_process
         self.host.on_dead = self._engine_died
 
@@ -124,7 +127,7 @@ class WorkerRuntime:
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=5)
-        self.client.delete(heartbeat_key(self.worker_name), engine_metrics_key(self.worker_name))
+        drop_heartbeat(self.worker_name, client=self.client)
         self.host.shutdown()
 
     def _engine_died(self, reason: str) -> None:
@@ -132,7 +135,7 @@ class WorkerRuntime:
         logger.critical("worker %s: the engine died (%s); stopping this worker", self.worker_name, reason)
         self._stop.set()  # no more heartbeats: the dispatcher stops counting these slots, leases lapse
         try:
-            self.client.delete(heartbeat_key(self.worker_name))
+            drop_heartbeat(self.worker_name, client=self.client)
         except redis.RedisError as exc:
             logger.warning("could not delete the heartbeat (%s); it expires by itself", exc)
         self.exit_process()
@@ -210,7 +213,12 @@ class WorkerRuntime:
         )
         snapshot = self._engine_metrics_due(deployment=engine.model_name)
         pipe = self.client.pipeline(transaction=False)
-        pipe.set(heartbeat_key(self.worker_name), beat.to_json(), ex=ttl)
+        write_heartbeat(beat, ttl_s=ttl, client=pipe)
+        seen = (beat.running, beat.waiting, beat.active_runs)
+        if seen != self._last_seen:
+            # What the dispatcher's gate reads changed: it looks again now, instead of polling for it.
+            self._last_seen = seen
+            wake_dispatcher(pipe)
         for run_id in self.active_run_ids():
             pipe.set(run_lease_key(run_id), self.lease_value, ex=ttl, xx=True)
         if snapshot is not None:

@@ -146,6 +146,8 @@ class Dispatcher:
         self._last_positions_at = float("-inf")
         self._positions: dict[int, Position] = {}
         self.last_load: EngineLoad | None = None
+        self.leading = False
+        """Whether the last tick held the leader lock."""
 
     # -- one tick ----------------------------------------------------------------------------------
 
@@ -161,9 +163,10 @@ class Dispatcher:
 
     def tick(self) -> list[QueuedRun]:
         """Dispatches what the gate allows now; returns the runs sent."""
-        if self.use_leader_lock and not self.store.acquire_or_renew_leadership(
+        self.leading = not self.use_leader_lock or self.store.acquire_or_renew_leadership(
             self.token, ttl_ms=self.settings.leader_ttl_ms
-        ):
+        )
+        if not self.leading:
             return []
         self.policy.load_dict(self.store.load_policy())
         for tier, user_id, amount in self.store.take_refunds():
@@ -301,7 +304,12 @@ class Dispatcher:
 
     def _idle(self, stop: threading.Event) -> None:
         """Waits up to one tick, woken early when a run is queued or a slot frees up (not a fixed sleep, so
-        a prompt on an idle system is dispatched within milliseconds, not half a tick on average)."""
+        a prompt on an idle system is dispatched within milliseconds, not half a tick on average).
+
+        A standby only sleeps: a wake it took from the list would be lost to the leader."""
+        if not self.leading:
+            stop.wait(self.settings.tick_s)
+            return
         try:
             self.store.wait_for_work(self.settings.tick_s)
         except redis.RedisError:

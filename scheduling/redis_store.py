@@ -16,8 +16,10 @@ Keys (all under ``sched:``; the names and helpers are in ``scheduling.store``):
 * ``sched:refunds``: hash ``{tier}:{user}`` -> counter units to give back (runs that ended using fewer tokens
   than charged); the leading dispatcher folds them into the policy's counters.
 * ``sched:rate``: recent dispatches per second (admission derives a queue-full ``Retry-After`` from it).
-* ``sched:wake``: a list of at most one element, pushed when a run is queued or leaves the in-flight set;
-  an idle dispatcher blocks on it (``BLPOP``, up to one tick) so a new prompt is dispatched at once.
+* ``sched:wake``: a list of at most one element, pushed when a run is queued or leaves the in-flight set, and by
+  a worker's heartbeat when its engine's running/waiting counts changed; an idle dispatcher blocks on it
+  (``BLPOP``, up to one tick) so a new prompt is dispatched at once and a gated one as soon as the engine can
+  take it, without polling.
 
 Every mutation is one Lua script, so a claim and a cancel (or two dispatchers) cannot both take a run.
 """
@@ -65,6 +67,13 @@ redis.call('LPUSH', KEYS[7], 1)
 redis.call('LTRIM', KEYS[7], 0, 0)
 return 1
 """
+
+
+def wake_dispatcher(client: redis.Redis | redis.client.Pipeline) -> None:
+    """Wakes an idle dispatcher (``sched:wake``, at most one element): something its gate reads has changed."""
+    client.lpush(WAKE_KEY, 1)
+    client.ltrim(WAKE_KEY, 0, 0)
+
 
 _CLAIM = """
 -- KEYS: user queue, backlog set, run meta, tier queued zset, inflight zset, positions hash, inflight users

@@ -14,7 +14,7 @@ from celery import Celery
 from django.conf import settings
 from pytest_django.fixtures import Settings
 
-from core.worker_contract import GENERATE_TASK, WorkerHeartbeat, heartbeat_key
+from core.worker_contract import GENERATE_TASK, WorkerHeartbeat, write_heartbeat
 from inference_workers.affinity import consume_own_queue
 from runs.routing import send_to_worker
 from scheduling.affinity import WorkerLoad, choose_route, worker_queue
@@ -67,7 +67,7 @@ def _beat(client: redis.Redis, worker: str, *, running: int, slots: int = 4) -> 
         active_runs=running,
         updated_at=time.time(),
     )
-    client.set(heartbeat_key(worker), beat.to_json(), ex=10)
+    write_heartbeat(beat, ttl_s=10, client=client)
 
 
 def _sent_to(queue: str) -> list[list[int]]:

@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
-from core.worker_contract import WorkerHeartbeat, heartbeat_key, worker_heartbeats
+from core.redis_client import get_redis
+from core.worker_contract import (
+    LIVE_WORKERS_KEY,
+    WorkerHeartbeat,
+    drop_heartbeat,
+    heartbeat_key,
+    live_worker_names,
+    worker_heartbeats,
+    write_heartbeat,
+)
 from inference_workers.engine.base import EngineStats, EngineTiming
 from inference_workers.engine.vllm_engine import _make_stat_logger, _StatsSink, engine_timing
 from inference_workers.runtime import WorkerRuntime
+from scheduling.store import WAKE_KEY
 
 
 def _scheduler_stats(*, queries: int, hits: int, running: int = 1) -> object:
@@ -112,3 +123,42 @@ def test_the_step_token_budget_is_bounded_on_cpu_unless_configured() -> None:
     auto = dataclasses.replace(settings.ENGINE, max_num_batched_tokens=0)
     assert step_token_budget(auto) == (CPU_STEP_TOKEN_BUDGET if current_platform.is_cpu() else None)
     assert step_token_budget(dataclasses.replace(auto, max_num_batched_tokens=4096)) == 4096
+
+
+def _beat(worker: str, *, updated_at: float) -> WorkerHeartbeat:
+    return WorkerHeartbeat(
+        worker=worker, model="m", model_version="", max_slots=4, running=0, waiting=0,
+        kv_cache_usage=0.0, tpot_s=None, active_runs=0, updated_at=updated_at,
+    )  # fmt: skip
+
+
+@pytest.mark.usefixtures("clean_redis")
+def test_the_live_workers_are_read_from_their_listing_not_a_scan_and_an_expired_one_drops_out() -> None:
+    client = get_redis()
+    now = time.time()
+    write_heartbeat(_beat("gone@host", updated_at=now - 60), ttl_s=10, client=client)  # expired 50 s ago
+    client.set(heartbeat_key("gone@host"), "{}")  # even were its key still there, it is not listed as live
+    write_heartbeat(_beat("live@host", updated_at=now), ttl_s=10, client=client)
+    assert live_worker_names() == ["live@host"]
+    assert [b.worker for b in worker_heartbeats()] == ["live@host"]
+    assert client.zscore(LIVE_WORKERS_KEY, "gone@host") is None  # the live worker's beat dropped the listing
+    client.set(heartbeat_key("unlisted@host"), _beat("unlisted@host", updated_at=now).to_json(), ex=10)
+    assert [b.worker for b in worker_heartbeats()] == ["live@host"]  # a key alone is no live worker
+    drop_heartbeat("live@host")
+    assert worker_heartbeats() == [] and client.get(heartbeat_key("live@host")) is None
+
+
+def test_a_heartbeat_wakes_the_dispatcher_only_when_the_engines_counts_changed(
+    sim_runtime: WorkerRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = get_redis()
+    counts = {"running": 1}
+    monkeypatch.setattr(sim_runtime.host, "stats", lambda: EngineStats(running=counts["running"]))
+    sim_runtime.beat()
+    client.delete(WAKE_KEY)
+    sim_runtime.beat()
+    assert client.llen(WAKE_KEY) == 0  # nothing the gate reads changed: no wake, the dispatcher sleeps on
+    counts["running"] = 0  # a run left the engine
+    sim_runtime.beat()
+    assert client.llen(WAKE_KEY) == 1
+    client.delete(WAKE_KEY)

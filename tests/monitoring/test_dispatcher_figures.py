@@ -16,7 +16,7 @@ from pytest_django.fixtures import DjangoCaptureOnCommitCallbacks
 from rest_framework.test import APIClient
 
 from core.redis_client import get_redis
-from core.worker_contract import WorkerHeartbeat, heartbeat_key
+from core.worker_contract import WorkerHeartbeat, write_heartbeat
 from runs.dispatcher_figures import STATE_KEY, STATE_TTL_S, DispatcherFigures
 from runs.dispatcher_wiring import build_dispatcher
 from runs.models import Run
@@ -45,7 +45,7 @@ def _heartbeat(*, running: int, waiting: int) -> None:
         active_runs=running,
         updated_at=time.time(),
     )
-    get_redis().set(heartbeat_key(beat.worker), beat.to_json(), ex=30)
+    write_heartbeat(beat, ttl_s=30, client=get_redis())
 
 
 def test_a_tick_records_decisions_queue_wait_and_gates_and_metrics_shows_them(

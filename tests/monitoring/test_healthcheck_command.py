@@ -8,7 +8,7 @@ import pytest
 import redis
 from django.core.management import CommandError, call_command
 
-from core.worker_contract import WorkerHeartbeat, heartbeat_key
+from core.worker_contract import WorkerHeartbeat, write_heartbeat
 from runs.dispatcher_figures import STATE_KEY
 from tests.processes import free_port
 
@@ -20,7 +20,7 @@ def test_worker_is_healthy_only_while_it_heartbeats(clean_redis: redis.Redis) ->
         worker="worker@box", model="m", model_version="", max_slots=4, running=0, waiting=0,
         kv_cache_usage=0.0, tpot_s=None, active_runs=0, updated_at=time.time(),
     )  # fmt: skip
-    clean_redis.set(heartbeat_key("worker@box"), beat.to_json(), ex=10)
+    write_heartbeat(beat, ttl_s=10, client=clean_redis)
     call_command("healthcheck", "worker", "--worker", "worker@box")
 
 

@@ -450,3 +450,28 @@ def test_the_headroom_goes_to_a_user_short_of_slots_only_if_not_ahead_on_tokens(
     assert tick_with(800.0) == []
     # 510 ahead (less than two of the largest requests: a light user sending two prompts at once): headroom slot.
     assert [r.run_id for r in tick_with(600.0)] == [201]
+
+
+def test_a_standby_dispatcher_leaves_the_wake_up_to_the_leader(redis_store: RedisQueueStore) -> None:
+    """BLPOP hands a wake to one waiter: a standby that took it would leave the leader asleep for a whole tick."""
+    store = redis_store
+    leader_token = store.new_lock_token()
+    assert store.acquire_or_renew_leadership(leader_token, ttl_ms=60_000)
+    sent: list[QueuedRun] = []
+    standby = Dispatcher(
+        store=store,
+        policy=FairPolicy(SPECS),
+        gate=GATE,
+        settings=DispatcherSettings(
+            stale_after_s=1e12, in_flight_ttl_s=1e12, tick_s=0.05, positions_interval_s=1e9, leader_ttl_ms=60_000
+        ),
+        stats=lambda: [EngineSample(slots=100, running=0, waiting=0, tpot_s=None, updated_at=9e9)],
+        send=sent.append,
+    )
+    store.push(q(1, user=1))
+    assert standby.tick() == [] and not standby.leading
+    standby._idle(threading.Event())
+    assert store.wait_for_work(0.01) is True  # the push's wake is still there for the leader
+    store.release_leadership(leader_token)
+    assert [r.run_id for r in standby.tick()] == [1] and standby.leading
+    store.client.delete("sched:wake")
