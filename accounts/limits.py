@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db.models import F
+from django.db import connection
 from django.utils import timezone
 
-from accounts.models import Tier, UsageDay, User, UserLimitOverride
+from accounts.models import Tier, User, UserLimitOverride
 
 
 @dataclass(frozen=True)
@@ -52,21 +52,18 @@ def user_limits(*, user: User) -> EffectiveLimits:
 
 
 def usage_record(*, user_id: int, input_tokens: int, output_tokens: int) -> None:
-    """Adds one ended run's tokens to the user's usage of today (UTC); safe under concurrent callers."""
-    day = timezone.now().date()
-    updated = UsageDay.objects.filter(user_id=user_id, day=day).update(
-        runs=F("runs") + 1,
-        input_tokens=F("input_tokens") + input_tokens,
-        output_tokens=F("output_tokens") + output_tokens,
+    """Adds one ended run's tokens to the user's usage of today (UTC); safe under concurrent callers.
+
+    One statement (``INSERT ... ON CONFLICT DO UPDATE`` on the ``usage_day_per_user`` constraint): the day's
+    first run creates the row, later ones add to it, with no read and no savepoint."""
+    sql = (
+        "INSERT INTO accounts_usageday AS u (user_id, day, runs, input_tokens, output_tokens) "
+        "VALUES (%s, %s, 1, %s, %s) ON CONFLICT (user_id, day) DO UPDATE SET runs = u.runs + 1, "
+        "input_tokens = u.input_tokens + EXCLUDED.input_tokens, "
+        "output_tokens = u.output_tokens + EXCLUDED.output_tokens"
     )
-    if updated:
-        return
-    _, created = UsageDay.objects.get_or_create(
-        user_id=user_id, day=day, defaults={"runs": 1, "input_tokens": input_tokens, "output_tokens": output_tokens}
-    )
-    if not created:
-        UsageDay.objects.filter(user_id=user_id, day=day).update(
-            runs=F("runs") + 1,
-            input_tokens=F("input_tokens") + input_tokens,
-            output_tokens=F("output_tokens") + output_tokens,
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql,
+            [user_id, timezone.now().date(), input_tokens, output_tokens],
         )

@@ -41,6 +41,10 @@ STREAM_ERRORS = (redis.ConnectionError, redis.TimeoutError)
 """Redis not answering (a restart, a network blip): the coalescer keeps its text and tries again."""
 
 DB_RETRY_S = 30.0
+
+IDLE_WAIT_S = 0.5
+"""The generation loop's wait for a delta when nothing is buffered; it also bounds how late a repeated abort
+of a cancelled run goes to the engine (the cancel listener's abort normally lands within one step)."""
 """How long a run's writes to Postgres are retried while it is unreachable (a restart takes seconds)."""
 
 
@@ -129,6 +133,17 @@ class DeltaCoalescer:
             self.flush()
         else:
             self.flush_if_due()
+
+    def wait_s(self) -> float:
+        """How long the generation loop may wait for the next delta: until a buffered flush is due, else
+        ``IDLE_WAIT_S`` (a thread per run waking every flush interval for nothing was most of a worker's CPU
+        between tokens)."""
+        if not self.parts:
+            return IDLE_WAIT_S
+        due = self.last_flush + self.interval_s()
+        if self._down_since is not None:  # Redis is out: the next try, not a spin until it is back
+            due = max(due, self._next_try)
+        return max(0.001, due - time.monotonic())
 
     def flush_if_due(self) -> None:
         if self.parts and time.monotonic() - self.last_flush >= self.interval_s():
@@ -288,7 +303,7 @@ def _generate_claimed(*, run_id: int, runtime: WorkerRuntime, engine_priority: i
         last_abort = 0.0
         try:
             try:
-                for delta in runtime.host.stream(request, poll_s=streams.flush_interval_s):
+                for delta in runtime.host.stream(request, poll_s=coalescer.wait_s):
                     if active.cancel_requested.is_set() and time.monotonic() - last_abort > 0.5:
                         # An abort that reached the engine before the request did is a no-op: repeat it.
                         runtime.host.abort(request.request_id)

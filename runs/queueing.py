@@ -23,8 +23,13 @@ logger = logging.getLogger(__name__)
 
 
 @lru_cache(maxsize=1)
+def _tier_names() -> list[str]:
+    return list(Tier.objects.order_by("priority").values_list("name", flat=True))
+
+
 def get_scheduler_store() -> RedisQueueStore:
-    return RedisQueueStore(get_redis(), tiers=list(Tier.objects.order_by("priority").values_list("name", flat=True)))
+    """The scheduler's queues; the tiers are read from Postgres only if the caller reads the queues by tier."""
+    return RedisQueueStore(get_redis(), tiers=_tier_names)
 
 
 def estimate_tokens_by_chars(text: str) -> int:

@@ -192,7 +192,8 @@ def run_account_end(*, run: Run) -> None:
 
     def settle() -> None:
         try:
-            limits = user_limits(user=User.objects.select_related("tier").get(pk=user_id))
+            user = run.user if Run.user.is_cached(run) else User.objects.select_related("tier").get(pk=user_id)
+            limits = user_limits(user=user)
             store = get_scheduler_store()
             if store.remove(run_id) == 2:  # it was dispatched: the fair-share counter charged it in full
                 store.add_refund(tier=limits.tier, user_id=user_id, amount=unused / max(limits.share_weight, 1e-6))

@@ -19,7 +19,7 @@ from django.utils import timezone
 from accounts.limits import EffectiveLimits, user_limits
 from accounts.models import User
 from chats.context import message_fit_check
-from chats.models import Chat, Message, MessageRole
+from chats.models import Chat, ChatOrigin, Message, MessageRole
 from chats.summary_schedule import chat_summary_schedule_after_turn
 from core.errors import ConflictError, DomainError
 from core.generation import EngineFinishReason, GenerationResult
@@ -246,7 +246,9 @@ def run_mark_streaming(*, run_id: int, worker: str) -> tuple[Run, bool]:
     ``settings.WORKERS.max_attempts``. Unchanged: it was already terminal (a duplicate delivery).
     """
     with transaction.atomic():
-        run = Run.objects.select_for_update().get(pk=run_id)
+        # What the worker reads next (the prompt: the chat, the user message, the tier's context budget; the
+        # tier for the log lines), in the same round trip; only the run's row is locked.
+        run = Run.objects.select_for_update(of=("self",)).select_related("tier", "chat", "user_message").get(pk=run_id)
         if run.is_terminal:
             return run, False
         if run.status == RunStatus.CANCELLING:
@@ -286,7 +288,13 @@ def run_finish(*, run_id: int, attempt: int, result: GenerationResult) -> Run | 
     partial text as its assistant message, if there is any.
     """
     with transaction.atomic():
-        run = Run.objects.select_for_update().select_related("chat").get(pk=run_id)
+        # The chat is locked with the run (its row is written below); the tier, the user and their limits come
+        # along for the settlement and the log line after commit, instead of three queries there.
+        run = (
+            Run.objects.select_for_update(of=("self", "chat"))
+            .select_related("chat", "tier", "user__tier", "user__limit_override")
+            .get(pk=run_id)
+        )
         if run.status not in (RunStatus.STREAMING, RunStatus.CANCELLING) or run.attempts != attempt:
             return None
         engine_finish = EngineFinishReason(result.finish_reason)
@@ -304,7 +312,8 @@ def run_finish(*, run_id: int, attempt: int, result: GenerationResult) -> Run | 
             )
         Chat.objects.filter(pk=run.chat_id).update(updated_at=run.finished_at, last_worker=run.worker)
         chat_id = run.chat_id
-        transaction.on_commit(lambda: chat_summary_schedule_after_turn(chat_id=chat_id))
+        if run.chat.origin == ChatOrigin.WEB:  # an OpenAI-compatible call's chat is never continued: no summary
+            transaction.on_commit(lambda: chat_summary_schedule_after_turn(chat_id=chat_id))
         return run
 
 

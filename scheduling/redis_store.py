@@ -30,6 +30,7 @@ import json
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -126,14 +127,22 @@ return 0
 class RedisQueueStore:
     """The queue state in one Redis database (a ``QueueStore``). Thread-safe as far as redis-py's client is."""
 
-    def __init__(self, client: redis.Redis, *, tiers: list[str]) -> None:
+    def __init__(self, client: redis.Redis, *, tiers: list[str] | Callable[[], list[str]]) -> None:
+        """``tiers``: the tier names in priority order, or a function that reads them when first needed (only
+        reading the queues by tier needs them; a push, a removal or a refund does not)."""
         self.client = client
-        self.tiers = tiers
+        self._tiers = tiers
         self._push = client.register_script(_PUSH)
         self._claim = client.register_script(_CLAIM)
         self._remove = client.register_script(_REMOVE)
         self._release_lock = client.register_script(_RELEASE_LOCK)
         self._renew_lock = client.register_script(_RENEW_LOCK)
+
+    @property
+    def tiers(self) -> list[str]:
+        if callable(self._tiers):
+            self._tiers = list(self._tiers())
+        return self._tiers
 
     # -- web side ----------------------------------------------------------------------------------
 

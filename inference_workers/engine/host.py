@@ -63,8 +63,11 @@ class EngineHost:
     def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
-    def stream(self, request: GenerationRequest, *, poll_s: float | None = None) -> Iterator[GenerationDelta | None]:
-        """Deltas of one request for a synchronous caller; yields ``None`` whenever ``poll_s`` passes idle.
+    def stream(
+        self, request: GenerationRequest, *, poll_s: float | Callable[[], float] | None = None
+    ) -> Iterator[GenerationDelta | None]:
+        """Deltas of one request for a synchronous caller; yields ``None`` whenever ``poll_s`` passes idle
+        (a callable: asked before each wait, so a caller with nothing to do between deltas can sleep longer).
 
         Raises :class:`EngineError` if the request fails, :class:`EngineDied` if the engine is dead (or dies
         meanwhile). Abandoning the iterator aborts the request.
@@ -94,7 +97,7 @@ class EngineHost:
         try:
             while True:
                 try:
-                    item = out.get(timeout=poll_s)
+                    item = out.get(timeout=poll_s() if callable(poll_s) else poll_s)
                 except queue.Empty:
                     yield None
                     continue

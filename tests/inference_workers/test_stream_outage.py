@@ -17,7 +17,7 @@ import pytest
 import redis
 from django.conf import settings
 
-from inference_workers.services import DeltaCoalescer, StreamLost
+from inference_workers.services import IDLE_WAIT_S, DeltaCoalescer, StreamLost
 from runs.streaming.contract import RunStreamWriter, StreamEvent, read_after, stream_key
 from runs.streaming.follow import GONE_ITEM, OpenedStream, StreamItem, iter_run_items
 from runs.streaming.relay import StreamRelay
@@ -201,3 +201,21 @@ def test_a_failed_status_read_does_not_end_the_stream(
 
 async def _capture(coro: Any, into: list[Any]) -> None:
     into.append(await coro)
+
+
+def test_the_generation_loop_sleeps_until_a_flush_is_due_and_not_in_a_spin_while_redis_is_out(
+    clean_redis: redis.Redis,
+) -> None:
+    flaky = FlakyRedis(clean_redis)
+    writer = RunStreamWriter(12, client=flaky)  # type: ignore[arg-type]
+    coalescer = DeltaCoalescer(writer, interval_s=lambda: 0.2, max_tokens=16, retry_s=0.3)
+    assert coalescer.wait_s() == IDLE_WAIT_S  # nothing buffered: only the cancel repeat needs a look
+    coalescer.add("a", 1)  # the first token goes at once
+    assert coalescer.wait_s() == IDLE_WAIT_S
+    coalescer.add(" b", 1)  # buffered: due one interval after the last flush
+    assert 0.1 < coalescer.wait_s() <= 0.2
+    flaky.down = 1
+    coalescer.flush()  # fails: the next try is retry_s away, later than the interval
+    assert 0.25 < coalescer.wait_s() <= 0.3
+    coalescer.drain()
+    assert _text(12) == "a b" and coalescer.wait_s() == IDLE_WAIT_S

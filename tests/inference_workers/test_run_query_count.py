@@ -1,0 +1,43 @@
+"""A run on the worker pins its database round trips (issue 14: database writes per run).
+
+Counted as in ``tests/runs/test_post_query_count.py``: every statement sent to Postgres, ``BEGIN``/``COMMIT``
+and savepoints included, with the work after commit (the settlement, the summary check) run at once. Per run:
+the claim (4: the run with its tier, chat and user message in the locking read, then its update), the chat's
+earlier turns for the prompt (1), the first token's time (1), and the end (7: the run locked with its chat,
+user, tier and limits; the assistant message; the run; the day's usage in one upsert; the chat). A chat of the
+browser UI adds the summary check (2); an OpenAI-compatible call's chat has none.
+"""
+
+from __future__ import annotations
+
+import pytest
+from pytest_django.fixtures import DjangoAssertNumQueries
+
+from accounts.models import UsageDay
+from chats.models import ChatOrigin
+from inference_workers.runtime import WorkerRuntime
+from inference_workers.services import generate_run
+from runs.models import RunStatus
+from tests.factories import ChatFactory, RunFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.mark.parametrize(("origin", "expected"), [(ChatOrigin.API, 13), (ChatOrigin.WEB, 15)])
+def test_a_generated_run_costs_a_fixed_number_of_round_trips(
+    sim_runtime: WorkerRuntime, django_assert_num_queries: DjangoAssertNumQueries, origin: ChatOrigin, expected: int
+) -> None:
+    chat = ChatFactory.create(origin=origin)
+    first = RunFactory.create(chat=chat, max_tokens=8)
+    with django_assert_num_queries(expected):  # the day's first run creates its usage row: the same count
+        assert generate_run(run_id=first.pk, runtime=sim_runtime) == RunStatus.DONE
+    second = RunFactory.create(chat=chat, max_tokens=8)
+    with django_assert_num_queries(expected):
+        assert generate_run(run_id=second.pk, runtime=sim_runtime) == RunStatus.DONE
+
+    usage = UsageDay.objects.get(user=chat.owner)
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert usage.runs == 2
+    assert usage.input_tokens == first.input_tokens + second.input_tokens > 0
+    assert usage.output_tokens == first.output_tokens + second.output_tokens == 16
