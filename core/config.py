@@ -94,6 +94,9 @@ class StreamConfig:
     grows with the number of active streams to stay near it (raise it with the number of web processes)."""
     status_poll_s: float
     """SSE: how often a stream with nothing new in Redis (a queued run) re-reads the run's status from Postgres."""
+    relay_readers: int = 4
+    """Readers of a web process's relay, each on its own Redis connection and owning the streams of 1/N of the
+    runs (by run id): their blocking reads overlap and each names fewer keys."""
 
 
 @dataclass(frozen=True)
@@ -202,6 +205,7 @@ def stream_config_from_env() -> StreamConfig:
         keepalive_s=env.float("STREAM_KEEPALIVE_S", default=15.0),
         event_budget_per_s=env.float("STREAM_EVENT_BUDGET_PER_S", default=4000.0),
         status_poll_s=env.float("STREAM_STATUS_POLL_S", default=1.0),
+        relay_readers=env.int("STREAM_RELAY_READERS", default=4),
     )
 
 

@@ -22,7 +22,7 @@ from core.db_executor import db_read
 from runs.models import Run, RunStatus
 from runs.streaming.contract import StreamEntry, StreamEvent, run_terminal_event
 from runs.streaming.drain import draining
-from runs.streaming.relay import Entry, StreamRelay, get_relay, is_terminal
+from runs.streaming.relay import Entry, Relay, get_relay, is_terminal
 from runs.streaming.status_reads import get_status_reader
 
 logger = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ class OpenedStream:
     """A run with nothing in Redis yet (queued): its status from Postgres, sent as the first event."""
 
 
-async def open_run_stream(*, run: Run, after_seq: int, relay: StreamRelay | None = None) -> OpenedStream:
+async def open_run_stream(*, run: Run, after_seq: int, relay: Relay | None = None) -> OpenedStream:
     """Replays the buffered entries after ``after_seq``; falls back to Postgres when the buffer is gone.
 
     ``run`` is the owner's run as just read (status current). A stream already complete for this client
@@ -151,7 +151,7 @@ async def iter_run_items(
     run_id: int,
     after_seq: int,
     opened: OpenedStream,
-    relay: StreamRelay | None = None,
+    relay: Relay | None = None,
     end_on_drain: bool = True,
 ) -> AsyncIterator[StreamItem]:
     """A run's stream as :class:`StreamItem` steps: the opening entries, then live ones until the terminal event.

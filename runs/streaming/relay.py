@@ -1,10 +1,11 @@
-"""One Redis reader per web process that multiplexes every run stream the process serves.
+"""A few Redis readers per web process that multiplex every run stream the process serves.
 
-Each SSE client used to need its own blocking ``XREAD``; here one task in the ASGI event loop issues a
-single ``XREAD BLOCK`` over all the watched keys (``run:{id}:events``) and hands the entries to per-client
-subscriptions. A client joins with the last sequence number it has; :meth:`StreamRelay.subscribe` closes
-the window between its replay (``XRANGE``) and the live reads, so the client sees every entry exactly once
-and in order.
+Each SSE client used to need its own blocking ``XREAD``; here a reader task in the ASGI event loop issues a
+single ``XREAD BLOCK`` over all its watched keys (``run:{id}:events``) and hands the entries to per-client
+subscriptions. A process has ``STREAM_RELAY_READERS`` of them (:class:`ShardedRelay`), each owning the runs
+whose id is its index modulo their number, on a connection of its own. A client joins with the last sequence
+number it has; :meth:`StreamRelay.subscribe` closes the window between its replay (``XRANGE``) and the live
+reads, so the client sees every entry exactly once and in order.
 
 Adding a key interrupts the blocked read with ``CLIENT UNBLOCK`` (one command per join, not per token).
 
@@ -328,15 +329,46 @@ def _by_key(response: object) -> list[tuple[bytes, list[tuple[bytes, list[bytes]
     return [(key, entries) for key, entries in response]  # type: ignore[attr-defined]
 
 
-_relays: dict[int, StreamRelay] = {}
+class ShardedRelay:
+    """Several :class:`StreamRelay` readers behind one relay's interface, each owning the runs whose id is
+    ``i`` modulo their number: each reader's ``XREAD`` names a share of the keys, and their round trips overlap
+    instead of queueing behind one connection (a single reader over 2,000 streams managed ~7 reads a second)."""
+
+    def __init__(self, redis_url: str, *, readers: int) -> None:
+        if readers < 1:
+            raise ValueError(f"a relay needs at least one reader, not {readers}")
+        self.readers = [StreamRelay(redis_url) for _ in range(readers)]
+
+    def reader(self, run_id: int) -> StreamRelay:
+        return self.readers[run_id % len(self.readers)]
+
+    async def read_after(self, run_id: int, after_seq: int) -> tuple[list[StreamEntry], StreamEntry | None]:
+        return await self.reader(run_id).read_after(run_id, after_seq)
+
+    async def subscribe(self, run_id: int, cursor: int) -> tuple[Subscription, list[StreamEntry]]:
+        return await self.reader(run_id).subscribe(run_id, cursor)
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        self.reader(sub.run_id).unsubscribe(sub)
+
+    async def aclose(self) -> None:
+        for reader in self.readers:
+            await reader.aclose()
 
 
-def get_relay() -> StreamRelay:
-    """The relay of the running event loop (one per process under uvicorn; tests may run several loops)."""
+Relay = StreamRelay | ShardedRelay
+"""What the SSE and OpenAI streams read through: one reader (tests) or the process's sharded relay."""
+
+_relays: dict[int, ShardedRelay] = {}
+
+
+def get_relay() -> ShardedRelay:
+    """The relay of the running event loop (one per process under uvicorn; tests may run several loops), with
+    ``STREAM_RELAY_READERS`` readers."""
     loop = asyncio.get_running_loop()
     relay = _relays.get(id(loop))
     if relay is None:
-        relay = StreamRelay(settings.REDIS_URL)
+        relay = ShardedRelay(settings.REDIS_URL, readers=settings.STREAMS.relay_readers)
         _relays.clear()  # a new loop means the old one is gone (there is only one in a server process)
         _relays[id(loop)] = relay
     return relay

@@ -15,7 +15,7 @@ from typing import Any
 
 from runs.streaming.contract import StreamEvent
 from runs.streaming.follow import GONE_ERROR, OpenedStream, iter_run_items
-from runs.streaming.relay import Entry, RawEntry, StreamRelay
+from runs.streaming.relay import Entry, RawEntry, Relay
 
 KEEPALIVE = b": keep-alive\n\n"
 RECONNECT = "reconnect"
@@ -50,7 +50,7 @@ def encode_all(entries: Iterable[Entry]) -> bytes:
 
 
 async def iter_run_events(
-    *, run_id: int, after_seq: int, opened: OpenedStream, relay: StreamRelay | None = None
+    *, run_id: int, after_seq: int, opened: OpenedStream, relay: Relay | None = None
 ) -> AsyncIterator[bytes]:
     """The SSE body of ``GET /api/runs/{id}/stream``: :func:`iter_run_items` in this module's wire protocol."""
     cursor = after_seq

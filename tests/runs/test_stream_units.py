@@ -29,7 +29,7 @@ from runs.streaming.contract import (
 )
 from runs.streaming.follow import coalesce, final_state_entries
 from runs.streaming.load import count_active_streams, flush_interval_for
-from runs.streaming.relay import Entry, RawEntry, StreamRelay, Subscription
+from runs.streaming.relay import Entry, RawEntry, ShardedRelay, StreamRelay, Subscription
 from runs.streaming.sse import encode, encode_entry
 from runs.streaming.views import MAX_EVENT_ID, parse_last_event_id
 from tests.factories import RunFactory
@@ -200,6 +200,48 @@ def test_relay_late_joiner_behind_the_reader_gets_every_entry_once(clean_redis: 
             await relay.aclose()
 
     run_on_own_loop(scenario())
+
+
+def test_a_sharded_relay_gives_each_reader_its_share_of_the_runs_and_every_client_its_own_entries(
+    clean_redis: redis.Redis,
+) -> None:
+    async def scenario() -> None:
+        relay = ShardedRelay(settings.REDIS_URL, readers=3)
+        try:
+            run_ids = list(range(500, 530))
+            subs = {run_id: (await relay.subscribe(run_id, 0))[0] for run_id in run_ids}
+            for index, reader in enumerate(relay.readers):  # each reader watches only the runs it owns
+                assert {int(key.split(":")[1]) for key in reader._keys} == {r for r in run_ids if r % 3 == index}
+            writers = [RunStreamWriter(run_id) for run_id in run_ids]
+            pipe = clean_redis.pipeline(transaction=False)
+            for round_ in range(2):
+                for writer in writers:
+                    writer.queue(pipe, StreamEvent.DELTA, {"text": f"{writer.run_id}:{round_}"})
+            pipe.execute()
+            for run_id, sub in subs.items():
+                assert [e.data["text"] for e in await _take(sub, 2)] == [f"{run_id}:0", f"{run_id}:1"]
+            late, catch_up = await relay.subscribe(run_ids[0], 1)  # joins behind its reader: caught up once
+            assert [e.seq for e in catch_up] == [2]
+            entries, last = await relay.read_after(run_ids[1], 0)
+            assert [e.seq for e in entries] == [1, 2] and last is not None and last.seq == 2
+            for sub in [*subs.values(), late]:
+                relay.unsubscribe(sub)
+            assert not any(reader._keys for reader in relay.readers)
+        finally:
+            await relay.aclose()
+
+    run_on_own_loop(scenario())
+    with pytest.raises(ValueError, match="at least one reader"):
+        ShardedRelay(settings.REDIS_URL, readers=0)
+
+
+async def _take(sub: Subscription, count: int) -> list[Entry]:
+    batch: list[Entry] = []
+    while len(batch) < count:
+        got = await sub.next_batch(2.0)
+        assert got, f"only {len(batch)} of {count} entries arrived"
+        batch += got
+    return batch
 
 
 def test_relay_many_keys_one_reader(clean_redis: redis.Redis) -> None:
