@@ -75,14 +75,21 @@ class EngineLoad:
     """Runs dispatched and not yet ended (the scheduler's own count; the fallback cap applies to it)."""
     dispatched_since_stats: int
     """Runs dispatched after the oldest fresh heartbeat was written (not yet visible in the statistics)."""
+    ended_since_stats: int = 0
+    """Runs dispatched before those statistics that ended after them: still counted there, their slots free."""
+
+    @property
+    def taken(self) -> int:
+        """Slots taken or asked for: the statistics, plus what was sent since, less what ended since."""
+        return max(0, self.running + self.waiting + self.dispatched_since_stats - self.ended_since_stats)
 
     @property
     def effective_running(self) -> int:
-        return min(self.slots, self.running + self.waiting + self.dispatched_since_stats)
+        return min(self.slots, self.taken)
 
     @property
     def effective_waiting(self) -> int:
-        return max(0, self.running + self.waiting + self.dispatched_since_stats - self.slots)
+        return max(0, self.taken - self.slots)
 
 
 def aggregate(
@@ -95,7 +102,9 @@ def aggregate(
     return fresh, (min(measured) if measured else None)
 
 
-def engine_load(fresh: list[EngineSample], *, in_flight: int, dispatched_since_stats: int) -> EngineLoad:
+def engine_load(
+    fresh: list[EngineSample], *, in_flight: int, dispatched_since_stats: int, ended_since_stats: int = 0
+) -> EngineLoad:
     tpots = [s.tpot_s for s in fresh if s.tpot_s is not None]
     return EngineLoad(
         fresh=bool(fresh),
@@ -105,6 +114,7 @@ def engine_load(fresh: list[EngineSample], *, in_flight: int, dispatched_since_s
         tpot_s=max(tpots) if tpots else None,
         in_flight=in_flight,
         dispatched_since_stats=dispatched_since_stats,
+        ended_since_stats=ended_since_stats,
     )
 
 
@@ -129,8 +139,7 @@ class GatePolicy:
             if gate.only_when_idle:
                 cap = max(1, int(cap * self.idle_running_fraction))
             return load.in_flight < cap
-        taken = load.running + load.waiting + load.dispatched_since_stats
-        if user_busy and self.headroom_slots > 0 and taken >= load.slots - self.headroom_slots:
+        if user_busy and self.headroom_slots > 0 and load.taken >= load.slots - self.headroom_slots:
             return False
         if load.effective_waiting >= gate.max_waiting:
             return False
