@@ -156,12 +156,8 @@ class Dispatcher:
         now = self.clock()
         fresh, oldest = aggregate(self.stats(), now=now, stale_after_s=self.settings.stale_after_s)
         flight = self.store.in_flight(now=now, ttl_s=self.settings.in_flight_ttl_s, since=oldest)
-        seen = oldest is not None
         load = engine_load(
-            fresh,
-            in_flight=flight.total,
-            dispatched_since_stats=flight.recent if seen else 0,
-            ended_since_stats=flight.ended_recent if seen else 0,
+            fresh, in_flight=flight.total, dispatched_since_stats=flight.recent if oldest is not None else 0
         )
         return load, flight.per_user
 
@@ -209,7 +205,15 @@ class Dispatcher:
             self._dispatch_times.append(self.clock())
             if self.observer is not None:
                 self._observe(partial(self.observer.decided, run, waited_s=max(0.0, self.clock() - run.enqueued_at)))
-            load = replace(load, in_flight=load.in_flight + 1, dispatched_since_stats=load.dispatched_since_stats + 1)
+            load = EngineLoad(
+                fresh=load.fresh,
+                slots=load.slots,
+                running=load.running,
+                waiting=load.waiting,
+                tpot_s=load.tpot_s,
+                in_flight=load.in_flight + 1,
+                dispatched_since_stats=load.dispatched_since_stats + 1,
+            )
         self.store.save_policy(self.policy.to_dict())
         if self.observer is not None:
             gates = {tier: self.gate.admits(tier, load) for tier in self.store.tiers if tier in self.gate.gates}

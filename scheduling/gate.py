@@ -75,21 +75,14 @@ class EngineLoad:
     """Runs dispatched and not yet ended (the scheduler's own count; the fallback cap applies to it)."""
     dispatched_since_stats: int
     """Runs dispatched after the oldest fresh heartbeat was written (not yet visible in the statistics)."""
-    ended_since_stats: int = 0
-    """Runs dispatched before those statistics that ended after them: still counted there, their slots free."""
-
-    @property
-    def taken(self) -> int:
-        """Slots taken or asked for: the statistics, plus what was sent since, less what ended since."""
-        return max(0, self.running + self.waiting + self.dispatched_since_stats - self.ended_since_stats)
 
     @property
     def effective_running(self) -> int:
-        return min(self.slots, self.taken)
+        return min(self.slots, self.running + self.waiting + self.dispatched_since_stats)
 
     @property
     def effective_waiting(self) -> int:
-        return max(0, self.taken - self.slots)
+        return max(0, self.running + self.waiting + self.dispatched_since_stats - self.slots)
 
 
 def aggregate(
@@ -102,9 +95,7 @@ def aggregate(
     return fresh, (min(measured) if measured else None)
 
 
-def engine_load(
-    fresh: list[EngineSample], *, in_flight: int, dispatched_since_stats: int, ended_since_stats: int = 0
-) -> EngineLoad:
+def engine_load(fresh: list[EngineSample], *, in_flight: int, dispatched_since_stats: int) -> EngineLoad:
     tpots = [s.tpot_s for s in fresh if s.tpot_s is not None]
     return EngineLoad(
         fresh=bool(fresh),
@@ -114,7 +105,6 @@ def engine_load(
         tpot_s=max(tpots) if tpots else None,
         in_flight=in_flight,
         dispatched_since_stats=dispatched_since_stats,
-        ended_since_stats=ended_since_stats,
     )
 
 
@@ -139,7 +129,8 @@ class GatePolicy:
             if gate.only_when_idle:
                 cap = max(1, int(cap * self.idle_running_fraction))
             return load.in_flight < cap
-        if user_busy and self.headroom_slots > 0 and load.taken >= load.slots - self.headroom_slots:
+        taken = load.running + load.waiting + load.dispatched_since_stats
+        if user_busy and self.headroom_slots > 0 and taken >= load.slots - self.headroom_slots:
             return False
         if load.effective_waiting >= gate.max_waiting:
             return False

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from scheduling.policy import MemoryQueues, QueuedRun
-from scheduling.store import ENDED_KEEP_S, InFlight, Position
+from scheduling.store import InFlight, Position
 
 
 class MemoryQueueStore:
@@ -41,8 +41,6 @@ class MemoryQueueStore:
         self._dispatched_at: dict[int, float] = {}
         """The runs in flight -> dispatch time."""
         self._by_time: list[tuple[float, int]] = []
-        self._ended: list[tuple[float, float]] = []
-        """(ended at, dispatched at) of the in-flight runs removed in the last ``ENDED_KEEP_S`` seconds."""
         """``(dispatch time, run id)`` of the runs in flight, sorted: the benchmark's ungated runs keep thousands in
         flight and every tick reads the set, so the reclaim and the ``recent`` count are bisections, not scans."""
         self._in_flight_user: dict[int, int] = {}
@@ -82,9 +80,8 @@ class MemoryQueueStore:
             self._wake = True
             return True
 
-    def remove(self, run_id: int, *, now: float | None = None) -> int:
-        """Takes the run out of the queue (1) or out of the in-flight set (2); 0 when it was in neither.
-        ``now``: when an in-flight run ended (default: now)."""
+    def remove(self, run_id: int) -> int:
+        """Takes the run out of the queue (1) or out of the in-flight set (2); 0 when it was in neither."""
         with self._lock:
             removed = 0
             meta = self._meta.pop(run_id, None)
@@ -98,10 +95,8 @@ class MemoryQueueStore:
                         del users[meta.user_id]
                 self._queued.get(meta.tier, {}).pop(run_id, None)
                 removed = 1
-            dispatched_at = self._dispatched_at.get(run_id)
-            if self._end_flight(run_id) and removed == 0 and dispatched_at is not None:
+            if self._end_flight(run_id) and removed == 0:
                 removed = 2
-                self._ended.append((now if now is not None else self.clock(), dispatched_at))
                 self._wake = True  # a slot freed up: queued runs may fit now
             self._positions.pop(run_id, None)
             return removed
@@ -180,11 +175,7 @@ class MemoryQueueStore:
             for _, run_id in self._by_time[:expired]:
                 self._end_flight(run_id)
             recent = len(self._by_time) - bisect.bisect_left(self._by_time, (since,)) if since is not None else 0
-            self._ended = [(end, start) for end, start in self._ended if end >= now - ENDED_KEEP_S]
-            ended_recent = sum(1 for end, start in self._ended if start < since < end) if since is not None else 0
-            return InFlight(
-                total=len(self._by_time), recent=recent, per_user=dict(self._per_user), ended_recent=ended_recent
-            )
+            return InFlight(total=len(self._by_time), recent=recent, per_user=dict(self._per_user))
 
     def write_positions(self, positions: dict[int, Position]) -> None:
         with self._lock:

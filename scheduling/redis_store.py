@@ -37,8 +37,6 @@ import redis
 
 from scheduling.policy import MemoryQueues, QueuedRun
 from scheduling.store import (
-    ENDED_KEEP_S,
-    ENDED_KEY,
     INFLIGHT_KEY,
     INFLIGHT_USERS_KEY,
     LEADER_KEY,
@@ -93,9 +91,8 @@ return 1
 """
 
 _REMOVE = """
--- KEYS: run meta, inflight zset, positions hash, inflight users, wake list, ended zset; ARGV: run_id, prefix, now
+-- KEYS: run meta, inflight zset, positions hash, inflight users, wake list; ARGV: run_id, prefix
 -- Returns 1 if the run was queued (it leaves the queue now), 2 if it was in flight, 0 otherwise.
--- An in-flight run's end is kept in the ended zset (member "<run id>:<dispatch time>", scored by its end).
 local removed = 0
 local meta = redis.call('HMGET', KEYS[1], 'user', 'tier')
 if meta[1] then
@@ -106,10 +103,8 @@ if meta[1] then
   redis.call('DEL', KEYS[1])
   removed = 1
 end
-local dispatched = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 and removed == 0 then
   removed = 2
-  redis.call('ZADD', KEYS[6], ARGV[3], ARGV[1] .. ':' .. dispatched)
   redis.call('LPUSH', KEYS[5], 1)  -- a slot freed up: queued runs may fit now
   redis.call('LTRIM', KEYS[5], 0, 0)
 end
@@ -172,11 +167,10 @@ class RedisQueueStore:
         ]
         return bool(self._push(keys=keys, args=args))
 
-    def remove(self, run_id: int, *, now: float | None = None) -> int:
-        """Takes the run out of the queue (1) or out of the in-flight set (2); 0 when it was in neither.
-        ``now``: when an in-flight run ended (default: now)."""
-        keys = [run_meta_key(run_id), INFLIGHT_KEY, POSITIONS_KEY, INFLIGHT_USERS_KEY, WAKE_KEY, ENDED_KEY]
-        return int(self._remove(keys=keys, args=[run_id, PREFIX, now if now is not None else time.time()]))
+    def remove(self, run_id: int) -> int:
+        """Takes the run out of the queue (1) or out of the in-flight set (2); 0 when it was in neither."""
+        keys = [run_meta_key(run_id), INFLIGHT_KEY, POSITIONS_KEY, INFLIGHT_USERS_KEY, WAKE_KEY]
+        return int(self._remove(keys=keys, args=[run_id, PREFIX]))
 
     def wait_for_work(self, timeout_s: float) -> bool:
         """Blocks until a run is queued or leaves the in-flight set (True), or ``timeout_s`` passes (False)."""
@@ -262,24 +256,20 @@ class RedisQueueStore:
     def in_flight(self, *, now: float, ttl_s: float, since: float | None = None) -> InFlight:
         """The runs in flight (dispatched, not ended); reclaims entries older than ``ttl_s``.
 
-        ``recent`` counts those dispatched at or after ``since`` (not yet visible in the engine statistics),
-        ``ended_recent`` those dispatched before ``since`` that ended after it (still in them).
+        ``recent`` counts those dispatched at or after ``since`` (not yet visible in the engine statistics).
         """
         pipe = self.client.pipeline(transaction=False)
         pipe.zremrangebyscore(INFLIGHT_KEY, "-inf", f"({now - ttl_s}")
         pipe.zcount(INFLIGHT_KEY, since if since is not None else "+inf", "+inf")
         pipe.zrange(INFLIGHT_KEY, 0, -1)
         pipe.hgetall(INFLIGHT_USERS_KEY)
-        pipe.zremrangebyscore(ENDED_KEY, "-inf", f"({now - ENDED_KEEP_S}")
-        pipe.zrangebyscore(ENDED_KEY, f"({since}" if since is not None else "+inf", "+inf")
-        _, recent, members, users, _, ended = pipe.execute()
+        _, recent, members, users = pipe.execute()
         live = set(members)
         stale = [rid for rid in users if rid not in live]
         if stale:
             self.client.hdel(INFLIGHT_USERS_KEY, *stale)
         per_user = Counter(int(u) for rid, u in users.items() if rid in live)
-        ended_recent = sum(1 for member in ended if since is not None and float(member.rpartition(":")[2]) < since)
-        return InFlight(total=len(live), recent=int(recent), per_user=dict(per_user), ended_recent=ended_recent)
+        return InFlight(total=len(live), recent=int(recent), per_user=dict(per_user))
 
     def write_positions(self, positions: dict[int, Position]) -> None:
         pipe = self.client.pipeline(transaction=True)

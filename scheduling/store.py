@@ -35,9 +35,6 @@ from scheduling.policy import MemoryQueues, QueuedRun
 PREFIX = "sched:"
 INFLIGHT_KEY = f"{PREFIX}inflight"
 INFLIGHT_USERS_KEY = f"{PREFIX}inflight:users"
-ENDED_KEY = f"{PREFIX}ended"
-ENDED_KEEP_S = 60.0
-"""How long the end of a dispatched run is remembered (``sched:ended``): longer than statistics stay fresh."""
 POSITIONS_KEY = f"{PREFIX}positions"
 POLICY_KEY = f"{PREFIX}policy"
 LEADER_KEY = f"{PREFIX}leader"
@@ -67,9 +64,6 @@ class InFlight:
     total: int
     recent: int
     per_user: dict[int, int]
-    ended_recent: int = 0
-    """Runs dispatched before ``since`` that ended after it: the engine statistics of ``since`` still count them,
-    but their slots are free (so a wave of runs that end together is refilled at once, not a heartbeat later)."""
 
 
 @dataclass(frozen=True)
@@ -93,9 +87,8 @@ class QueueStore(Protocol):
         """Queues ``run`` behind its user's other runs in its tier; False if it is already queued."""
         ...
 
-    def remove(self, run_id: int, *, now: float | None = None) -> int:
-        """Takes the run out of the queue (1) or out of the in-flight set (2); 0 when it was in neither.
-        ``now``: when an in-flight run ended (default: now)."""
+    def remove(self, run_id: int) -> int:
+        """Takes the run out of the queue (1) or out of the in-flight set (2); 0 when it was in neither."""
         ...
 
     def is_queued_or_in_flight(self, run_id: int, tier: str) -> bool:

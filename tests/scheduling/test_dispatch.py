@@ -3,16 +3,14 @@ and a fake sender; what only Redis can show (two dispatchers racing, the blockin
 
 from __future__ import annotations
 
-import dataclasses
 import threading
-import time
 from collections import Counter
 
 import pytest
 import redis
 
 from scheduling.dispatcher import HEADROOM_TOKEN_ALLOWANCE, Dispatcher, DispatcherSettings, engine_priority
-from scheduling.gate import EngineLoad, EngineSample, GatePolicy, TierGate
+from scheduling.gate import EngineSample, GatePolicy, TierGate
 from scheduling.memory_store import MemoryQueueStore
 from scheduling.policy import FairPolicy, QueuedRun, TierSpec
 from scheduling.redis_store import RedisQueueStore
@@ -191,7 +189,7 @@ def test_a_chatting_user_is_dispatched_at_once_while_a_flood_holds_the_engine(st
         clock.now = start + step / 10
         for run_id, end in list(ends.items()):
             if end <= step:  # the run ended: the web process takes it out of the in-flight set
-                assert store.remove(run_id, now=clock.now) == 2
+                assert store.remove(run_id) == 2
                 del ends[run_id]
         if step % 30 == 5:
             store.push(q(step, user=2))  # its run id is the step it arrives at
@@ -477,39 +475,3 @@ def test_a_standby_dispatcher_leaves_the_wake_up_to_the_leader(redis_store: Redi
     store.release_leadership(leader_token)
     assert [r.run_id for r in standby.tick()] == [1] and standby.leading
     store.client.delete("sched:wake")
-
-
-def test_runs_that_ended_after_the_engines_statistics_free_their_slots_before_the_next_heartbeat(
-    store: QueueStore,
-) -> None:
-    """A wave of runs ending together: the statistics still show them running for up to a heartbeat, yet their
-    slots are free. Without counting the ends the gate let one run through (max_waiting 1) until the next one."""
-    now = time.time()
-    stats_at = now - 5
-    for run_id in (1, 2, 3):
-        store.push(q(run_id, user=run_id))
-    assert store.claim(q(1, user=1), now=now - 10)  # in the statistics, then ended
-    assert store.claim(q(2, user=2), now=now - 10)  # in the statistics, still running
-    assert store.claim(q(3, user=3), now=now - 1)  # sent after the statistics, then ended: in neither count
-    assert store.remove(1) == 2 and store.remove(3) == 2
-    flight = store.in_flight(now=time.time(), ttl_s=3600, since=stats_at)
-    assert (flight.total, flight.recent, flight.ended_recent) == (1, 0, 1)
-
-    full = [EngineSample(slots=4, running=4, waiting=0, tpot_s=0.1, updated_at=now, stats_at=stats_at)]
-    for run_id in (10, 11):
-        store.push(q(run_id, user=run_id))
-    clock, sent = FakeClock(), list[QueuedRun]()
-    clock.now = now
-    d = make_dispatcher(store, full, sent, clock)
-    d.tick()
-    # 4 running in the figures, 1 of them gone: one free slot, then one more may wait (max_waiting 1).
-    assert [r.run_id for r in sent] == [10, 11]
-    assert d.last_load is not None and d.last_load.ended_since_stats == 1
-
-
-def test_the_gate_counts_slots_freed_since_its_statistics() -> None:
-    load = EngineLoad(fresh=True, slots=4, running=4, waiting=1, tpot_s=0.1, in_flight=5, dispatched_since_stats=0)
-    assert not GATE.admits("free", load)
-    freed = dataclasses.replace(load, ended_since_stats=2)
-    assert (freed.taken, freed.effective_running, freed.effective_waiting) == (3, 3, 0)
-    assert GATE.admits("free", freed)
