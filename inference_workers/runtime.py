@@ -109,6 +109,7 @@ class WorkerRuntime:
         self.metrics_registry = metrics_registry
         self._metrics_published_at = float("-inf")
         self._last_seen: tuple[int, int, int] | None = None
+        self._beat_lock = threading.Lock()
         """(running, waiting, active runs) of the last heartbeat: the dispatcher is woken when they change."""
         self.exit_process = exit_process
         self.host.on_dead = self._engine_died
@@ -191,8 +192,21 @@ class WorkerRuntime:
 
     # background threads
 
+    def beat_after_run(self) -> None:
+        """A heartbeat now, outside the loop: a run has just left the engine, and until the next beat (up to
+        ``heartbeat_interval_s`` away) the dispatcher's gate would count its slot as taken. Never raises."""
+        try:
+            self.beat()
+        except Exception:  # the run has ended either way; the loop's next beat says the same
+            logger.warning("heartbeat after a run failed", exc_info=True)
+
     def beat(self) -> None:
-        """Writes the heartbeat and refreshes the leases of the runs in progress."""
+        """Writes the heartbeat and refreshes the leases of the runs in progress (thread-safe: the heartbeat
+        thread and task threads whose run ended call it)."""
+        with self._beat_lock:
+            self._beat()
+
+    def _beat(self) -> None:
         stats = self.host.stats()
         engine = self.host.engine
         ttl = self.worker_config.heartbeat_ttl_s

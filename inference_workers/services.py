@@ -259,6 +259,7 @@ def generate_run(*, run_id: int, runtime: WorkerRuntime, engine_priority: int | 
         return _generate_claimed(run_id=run_id, runtime=runtime, engine_priority=engine_priority)
     finally:
         runtime.release(run_id)
+        runtime.beat_after_run()  # its slot is free now: the dispatcher need not wait for the next heartbeat
 
 
 def _generate_claimed(*, run_id: int, runtime: WorkerRuntime, engine_priority: int | None) -> RunStatus | None:

@@ -20,7 +20,10 @@ from core.worker_contract import (
 from inference_workers.engine.base import EngineStats, EngineTiming
 from inference_workers.engine.vllm_engine import _make_stat_logger, _StatsSink, engine_timing
 from inference_workers.runtime import WorkerRuntime
+from inference_workers.services import generate_run
+from runs.models import RunStatus
 from scheduling.store import WAKE_KEY
+from tests.factories import RunFactory
 
 
 def _scheduler_stats(*, queries: int, hits: int, running: int = 1) -> object:
@@ -161,4 +164,23 @@ def test_a_heartbeat_wakes_the_dispatcher_only_when_the_engines_counts_changed(
     counts["running"] = 0  # a run left the engine
     sim_runtime.beat()
     assert client.llen(WAKE_KEY) == 1
+    client.delete(WAKE_KEY)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_that_ends_is_followed_by_a_heartbeat_at_once_that_wakes_the_dispatcher(
+    sim_runtime: WorkerRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gate reads slots from heartbeats: without this one a freed slot stayed taken for up to a second."""
+    client = get_redis()
+    run = RunFactory.create(max_tokens=4)
+    with monkeypatch.context() as patch:  # the last regular beat saw a run in the engine
+        patch.setattr(sim_runtime.host, "stats", lambda: EngineStats(running=1))
+        sim_runtime.beat()
+    [before] = [b for b in worker_heartbeats() if b.worker == sim_runtime.worker_name]
+    client.delete(WAKE_KEY)
+    assert generate_run(run_id=run.pk, runtime=sim_runtime) == RunStatus.DONE
+    [after] = [b for b in worker_heartbeats() if b.worker == sim_runtime.worker_name]
+    assert after.updated_at > before.updated_at and (after.running, after.active_runs) == (0, 0)
+    assert client.llen(WAKE_KEY) == 1  # its slot is free: the dispatcher looks again now
     client.delete(WAKE_KEY)
