@@ -9,7 +9,7 @@ Redis keys:
 
 * ``worker:heartbeat:{worker}``: the worker's latest :class:`WorkerHeartbeat` (JSON), with a TTL of
   ``WORKERS.heartbeat_ttl_s``: it vanishes that long after the worker dies.
-* ``workers:live``: a sorted set of worker names scored by their last heartbeat's Unix time (its key's expiry),
+* ``workers:live``: a sorted set of worker names scored by the Unix time their latest heartbeat expires,
   so a reader finds the live workers in two round trips (``ZRANGEBYSCORE`` + ``MGET``) instead of a ``SCAN``
   of the whole keyspace, which holds a stream per recent run (the dispatcher reads them every tick). Each
   heartbeat drops the names whose heartbeat has expired.

@@ -109,8 +109,8 @@ class WorkerRuntime:
         self.metrics_registry = metrics_registry
         self._metrics_published_at = float("-inf")
         self._last_seen: tuple[int, int, int] | None = None
-        self._beat_lock = threading.Lock()
         """(running, waiting, active runs) of the last heartbeat: the dispatcher is woken when they change."""
+        self._beat_lock = threading.Lock()
         self.exit_process = exit_process
         self.host.on_dead = self._engine_died
 
