@@ -194,7 +194,10 @@ class WorkerRuntime:
 
     def beat_after_run(self) -> None:
         """A heartbeat now, outside the loop: a run has just left the engine, and until the next beat (up to
-        ``heartbeat_interval_s`` away) the dispatcher's gate would count its slot as taken. Never raises."""
+        ``heartbeat_interval_s`` away) the dispatcher's gate would count its slot as taken. Never raises.
+        Nothing once the worker stops or its engine died: a worker that no longer advertises itself stays so."""
+        if self._stop.is_set() or self.host.dead is not None:
+            return
         try:
             self.beat()
         except Exception:  # the run has ended either way; the loop's next beat says the same
