@@ -41,11 +41,11 @@ STREAM_ERRORS = (redis.ConnectionError, redis.TimeoutError)
 """Redis not answering (a restart, a network blip): the coalescer keeps its text and tries again."""
 
 DB_RETRY_S = 30.0
+"""How long a run's writes to Postgres are retried while it is unreachable (a restart takes seconds)."""
 
 IDLE_WAIT_S = 0.5
 """The generation loop's wait for a delta when nothing is buffered; it also bounds how late a repeated abort
 of a cancelled run goes to the engine (the cancel listener's abort normally lands within one step)."""
-"""How long a run's writes to Postgres are retried while it is unreachable (a restart takes seconds)."""
 
 
 class StreamLost(RuntimeError):

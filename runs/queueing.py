@@ -22,11 +22,11 @@ from scheduling.redis_store import RedisQueueStore
 logger = logging.getLogger(__name__)
 
 
-@lru_cache(maxsize=1)
 def _tier_names() -> list[str]:
     return list(Tier.objects.order_by("priority").values_list("name", flat=True))
 
 
+@lru_cache(maxsize=1)
 def get_scheduler_store() -> RedisQueueStore:
     """The scheduler's queues; the tiers are read from Postgres only if the caller reads the queues by tier."""
     return RedisQueueStore(get_redis(), tiers=_tier_names)

@@ -64,10 +64,10 @@ class EngineHost:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def stream(
-        self, request: GenerationRequest, *, poll_s: float | Callable[[], float] | None = None
+        self, request: GenerationRequest, *, poll_s: Callable[[], float] | None = None
     ) -> Iterator[GenerationDelta | None]:
-        """Deltas of one request for a synchronous caller; yields ``None`` whenever ``poll_s`` passes idle
-        (a callable: asked before each wait, so a caller with nothing to do between deltas can sleep longer).
+        """Deltas of one request for a synchronous caller; yields ``None`` whenever the wait ``poll_s()`` (asked
+        before each wait, so a caller with nothing buffered can sleep longer) passes idle; None: never.
 
         Raises :class:`EngineError` if the request fails, :class:`EngineDied` if the engine is dead (or dies
         meanwhile). Abandoning the iterator aborts the request.
@@ -97,7 +97,7 @@ class EngineHost:
         try:
             while True:
                 try:
-                    item = out.get(timeout=poll_s() if callable(poll_s) else poll_s)
+                    item = out.get(timeout=poll_s() if poll_s is not None else None)
                 except queue.Empty:
                     yield None
                     continue
