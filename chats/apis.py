@@ -38,9 +38,14 @@ class ChatListCreateApi(APIView):
         )
         return Response({"results": ChatOutSerializer(page.items, many=True).data, "next_cursor": page.next_cursor})
 
-    @extend_schema(operation_id="chats_create", request=ChatInSerializer, responses={201: ChatOutSerializer, **INVALID})
+    @extend_schema(
+        operation_id="chats_create",
+        request=ChatInSerializer,
+        responses={201: ChatOutSerializer, **INVALID, 404: error_response("`model` names no served model.")},
+    )
     def post(self, request: Request) -> Response:
         body = ChatInSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        chat = services.chat_create(user=request_user(request), title=body.validated_data["title"])
+        data = body.validated_data
+        chat = services.chat_create(user=request_user(request), title=data["title"], model=data["model"])
         return Response(ChatOutSerializer(chat).data, status=status.HTTP_201_CREATED)

@@ -33,6 +33,13 @@ class Chat(models.Model):
         default=ChatOrigin.WEB,
         help_text="web: a conversation in the UI/API; api: the record of one OpenAI-compatible call (not listed).",
     )
+    model = models.CharField(
+        max_length=201,
+        blank=True,
+        default="",
+        help_text="The model its runs use: 'name' (a ready version by traffic weight, each run) or 'name@version' "
+        "(pinned); empty: the default deployment's name.",
+    )
     last_worker = models.CharField(
         max_length=200, blank=True, default="", help_text="Worker that served the last turn (prefix-cache affinity)."
     )

@@ -13,21 +13,28 @@ from core.sampling import INT64_MAX, INT64_MIN, MAX_STOP_SEQUENCES, SamplingErro
 from core.serializers import StrictSerializer
 from core.structured_outputs import structured_from_request
 
+MODEL_HELP = (
+    "'name' (each run goes to a ready version of it, by the versions' traffic weights) or 'name@version' (pinned "
+    "to that version); empty: the default model. GET /api/models lists them."
+)
+
 
 class ChatOutSerializer(serializers.ModelSerializer[Chat]):
     class Meta:
         model = Chat
-        fields = ["id", "title", "created_at", "updated_at"]
+        fields = ["id", "title", "model", "created_at", "updated_at"]
 
 
 class ChatInSerializer(StrictSerializer):
     title = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
+    model = StrictCharField(max_length=201, required=False, allow_blank=True, default="", help_text=MODEL_HELP)
 
 
 class ChatUpdateSerializer(StrictSerializer):
     """A partial update (PATCH): every field is optional, and a field left out keeps its value."""
 
     title = StrictCharField(max_length=200, required=False, allow_blank=True, help_text="The new title.")
+    model = StrictCharField(max_length=201, required=False, allow_blank=True, help_text=MODEL_HELP)
 
 
 class MessageOutSerializer(serializers.ModelSerializer[Message]):
@@ -45,6 +52,13 @@ class MessageCreateSerializer(StrictSerializer):
     """
 
     content = StrictCharField(allow_blank=False, trim_whitespace=False)
+    model = StrictCharField(
+        max_length=201,
+        required=False,
+        allow_blank=False,
+        help_text=f"This run's model, which the chat then keeps for its next runs. {MODEL_HELP} Left out: the "
+        "chat's model.",
+    )
     max_tokens = StrictIntegerField(required=False, min_value=1, help_text="Capped by the user's tier.")
     temperature = StrictFloatField(required=False, min_value=0.0, max_value=2.0, default=0.7)
     top_p = StrictFloatField(required=False, min_value=0.01, max_value=1.0, default=1.0)

@@ -7,8 +7,9 @@ code reads ``os.environ``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import environ
 
@@ -58,6 +59,9 @@ class EngineConfig:
     """vLLM's token budget of one engine step (prefill chunks plus decodes; chunked prefill splits longer prompts).
     A smaller budget bounds how long a flood's prefills can stretch one step, at the cost of prefill throughput.
     0: 256 on a CPU build of vLLM (measured: see the README's fairness section), vLLM's own default elsewhere."""
+    engine_args: dict[str, Any] = field(default_factory=dict, hash=False)
+    """The deployment's vLLM engine arguments, passed to ``AsyncEngineArgs`` as they are, over ours
+    (``ModelDeployment.engine_args``; empty for a config read from the environment)."""
     tool_call_parser: str = ""
     """One of vLLM's tool-call parsers (``hermes``...) for ``tool_choice: "auto"``; empty: none, and "auto" is a 400
     (named and "required" tool choices need none). See ``openai_api.tools.SUPPORTED_TOOL_CALL_PARSERS``."""
@@ -69,6 +73,25 @@ class EngineConfig:
     @property
     def model_path(self) -> str:
         return self.model or str(self.default_model_dir)
+
+
+@dataclass(frozen=True)
+class DeploymentConfig:
+    """Versioned deployments: what a worker serves, how fresh the web's view of them is, and retirement."""
+
+    worker_deployment: str
+    """The ``name@version`` this worker process serves (``WORKER_DEPLOYMENT``); empty: the default deployment."""
+    cache_s: float
+    """A web process re-reads the deployments (status, traffic weights) from Postgres at most this often."""
+    workers_cache_s: float
+    """A web process re-reads which deployments have a ready worker from Redis at most this often."""
+    status_check_s: float
+    """A worker re-reads its deployment's status this often (it reports ``draining``/``drained`` from it)."""
+    drain_deadline_s: float
+    """A worker whose deployment drains hands its runs still generating after this long to another worker of the
+    model, which continues them from the tokens already streamed."""
+    retire_idle_s: float
+    """``retire_deployments`` retires a version that has taken no run for this long (never a name's newest)."""
 
 
 @dataclass(frozen=True)
@@ -191,6 +214,17 @@ def engine_config_from_env() -> EngineConfig:
         sim_output_tokens=env.int("SIM_OUTPUT_TOKENS", default=64),
         tool_call_parser=env.str("ENGINE_TOOL_CALL_PARSER", default=""),
         max_num_batched_tokens=env.int("ENGINE_MAX_NUM_BATCHED_TOKENS", default=0),
+    )
+
+
+def deployment_config_from_env() -> DeploymentConfig:
+    return DeploymentConfig(
+        worker_deployment=env.str("WORKER_DEPLOYMENT", default=""),
+        cache_s=env.float("DEPLOYMENT_CACHE_S", default=2.0),
+        workers_cache_s=env.float("DEPLOYMENT_WORKERS_CACHE_S", default=1.0),
+        status_check_s=env.float("DEPLOYMENT_STATUS_CHECK_S", default=2.0),
+        drain_deadline_s=env.float("DEPLOYMENT_DRAIN_DEADLINE_S", default=300.0),
+        retire_idle_s=env.float("DEPLOYMENT_RETIRE_IDLE_S", default=86400.0),
     )
 
 

@@ -18,6 +18,9 @@ Redis keys:
 * ``run:{id}:cancel``: set (with a TTL) when a streaming run is to be aborted; ``runs:cancel`` is the pub/sub
   channel that carries the run id so the worker reacts within one engine step.
 * ``chat:{id}:summary-pending``: set while a chat's summary task is queued or running (one at a time).
+* ``deployment:{name@version}:ready``: a sorted set of the workers of that deployment that heartbeat ``ready``
+  (warmed up, consuming its queues), scored like ``workers:live``; the web answers a prompt for a deployment with
+  none 503 (:func:`ready_worker_counts`).
 * ``worker:metrics:{worker}``: the worker's latest :class:`EngineMetricsSnapshot` (JSON: its engine's ``vllm:*``
   families in Prometheus' text format), rewritten every ``WORKERS.metrics_publish_s`` with a TTL of
   :func:`engine_metrics_ttl_s`; the web's ``/metrics`` merges every snapshot still there.
@@ -29,6 +32,7 @@ import json
 import math
 import time
 from dataclasses import asdict, dataclass
+from enum import StrEnum
 
 import redis
 from celery import current_app
@@ -44,6 +48,7 @@ SUMMARIZE_TASK = "inference_workers.summarize"
 """``summarize(chat_id)``: refresh a chat's rolling summary at the lowest engine priority."""
 
 HEARTBEAT_PREFIX = "worker:heartbeat:"
+READY_DEPLOYMENT_PREFIX = "deployment:"
 LIVE_WORKERS_KEY = "workers:live"
 ENGINE_METRICS_PREFIX = "worker:metrics:"
 ENGINE_METRIC_FAMILY_PREFIX = "vllm:"
@@ -54,6 +59,17 @@ SUMMARY_PENDING_TTL_S = 900
 
 def heartbeat_key(worker: str) -> str:
     return f"{HEARTBEAT_PREFIX}{worker}"
+
+
+def deployment_ready_key(deployment: str) -> str:
+    """The workers of ``deployment`` (``name@version``) that heartbeat ready."""
+    return f"{READY_DEPLOYMENT_PREFIX}{deployment}:ready"
+
+
+def deployment_queue(tier: str, deployment: str) -> str:
+    """The Celery queue of ``tier``'s runs of ``deployment`` (``pro.SmolLM2-135M-Instruct@v1``): each worker
+    consumes its own deployment's tier queues, in tier order."""
+    return f"{tier}.{deployment}"
 
 
 def engine_metrics_key(worker: str) -> str:
@@ -106,6 +122,12 @@ def signal_cancel(*, run_id: int) -> None:
 # -- what the workers report -----------------------------------------------------------------------------
 
 
+class WorkerState(StrEnum):
+    READY = "ready"
+    DRAINING = "draining"
+    DRAINED = "drained"
+
+
 @dataclass(frozen=True)
 class WorkerHeartbeat:
     worker: str
@@ -128,6 +150,11 @@ class WorkerHeartbeat:
     stats_at: float | None = None
     """Unix time the engine measured running/waiting (its last step; older than ``updated_at`` during a long
     step): the dispatcher counts runs sent after it as not yet visible in them."""
+    deployment: str = ""
+    """The ``name@version`` this worker serves (empty: a worker from before deployments were versioned)."""
+    state: str = WorkerState.READY
+    """:class:`WorkerState`: ``ready`` (takes runs), ``draining`` (its deployment drains; it finishes its runs) or
+    ``drained`` (draining and idle: it can be stopped)."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -147,14 +174,34 @@ def write_heartbeat(beat: WorkerHeartbeat, *, ttl_s: int, client: redis.Redis | 
     client.set(heartbeat_key(beat.worker), beat.to_json(), ex=ttl_s)
     client.zadd(LIVE_WORKERS_KEY, {beat.worker: expires_at})
     client.zremrangebyscore(LIVE_WORKERS_KEY, "-inf", f"({beat.updated_at}")
+    if beat.deployment:
+        ready = deployment_ready_key(beat.deployment)
+        if beat.state == WorkerState.READY:
+            client.zadd(ready, {beat.worker: expires_at})
+        else:
+            client.zrem(ready, beat.worker)
+        client.zremrangebyscore(ready, "-inf", f"({beat.updated_at}")
 
 
-def drop_heartbeat(worker: str, *, client: redis.Redis | None = None) -> None:
-    """The worker stops advertising itself at once (its heartbeat and engine metrics go, and its listing)."""
+def drop_heartbeat(worker: str, *, deployment: str = "", client: redis.Redis | None = None) -> None:
+    """The worker stops advertising itself at once (its heartbeat and engine metrics go, and its listings)."""
     pipe = (client or get_redis()).pipeline(transaction=False)
     pipe.delete(heartbeat_key(worker), engine_metrics_key(worker))
     pipe.zrem(LIVE_WORKERS_KEY, worker)
+    if deployment:
+        pipe.zrem(deployment_ready_key(deployment), worker)
     pipe.execute()
+
+
+def ready_worker_counts(deployments: list[str], *, client: redis.Redis | None = None) -> dict[str, int]:
+    """How many workers of each deployment heartbeat ready now (one round trip)."""
+    if not deployments:
+        return {}
+    pipe = (client or get_redis()).pipeline(transaction=False)
+    now = time.time()
+    for key in deployments:
+        pipe.zcount(deployment_ready_key(key), now, "+inf")
+    return {key: int(n) for key, n in zip(deployments, pipe.execute(), strict=True)}
 
 
 def live_worker_names(*, client: redis.Redis | None = None) -> list[str]:
@@ -199,7 +246,7 @@ class EngineMetricsSnapshot:
 
     worker: str
     deployment: str
-    """The served model (the heartbeat's ``model``) until deployments are versioned."""
+    """The ``name@version`` the worker serves (the heartbeat's ``deployment``)."""
     published_at: float
     """Unix time the worker rendered ``text``."""
     text: str

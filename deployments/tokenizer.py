@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,31 @@ _tokenizers: dict[str, Any] = {}
 _problems: dict[str, str] = {}
 """Why the last load of a model path failed (the message :class:`ModelNotReady` and ``/readyz`` give)."""
 _load_lock = threading.Lock()
+_serving_path: ContextVar[str | None] = ContextVar("serving_model_path", default=None)
+"""The model folder whose tokenizer this request (or this worker process) uses; None: ``settings.ENGINE``'s."""
+_process_path: str | None = None
+
+
+@contextmanager
+def using_model(model_path: str) -> Iterator[None]:
+    """Within the block, tokens are counted and prompts rendered with ``model_path``'s tokenizer (a request for
+    one deployment; another deployment may have another tokenizer and chat template)."""
+    token = _serving_path.set(model_path or None)
+    try:
+        yield
+    finally:
+        _serving_path.reset(token)
+
+
+def serve_model_in_process(model_path: str) -> None:
+    """This process (a worker) serves ``model_path``: its tokenizer is every caller's default."""
+    global _process_path
+    _process_path = model_path or None
+
+
+def serving_model_path() -> str:
+    """The model folder the current request or process serves."""
+    return _serving_path.get() or _process_path or settings.ENGINE.model_path
 
 
 class ModelNotReady(DomainError):
@@ -88,20 +116,21 @@ def load_tokenizer(model_path: str, *, wait: bool = True) -> Any:
 
 def tokenizer_status(model_path: str | None = None) -> str:
     """``ok`` when loaded, else why not (for ``/readyz``); never loads anything."""
-    path = model_path or settings.ENGINE.model_path
+    path = model_path or serving_model_path()
     if path in _tokenizers:
         return "ok"
     return _problems.get(path) or "not loaded yet"
 
 
 def get_tokenizer() -> Any:
-    """The ``AutoTokenizer`` of ``settings.ENGINE.model_path``; waits for a load in progress (workers, scripts)."""
-    return load_tokenizer(settings.ENGINE.model_path)
+    """The ``AutoTokenizer`` of the model served here (:func:`serving_model_path`); waits for a load in progress
+    (workers, scripts)."""
+    return load_tokenizer(serving_model_path())
 
 
 def request_tokenizer() -> Any:
     """:func:`get_tokenizer` for a request: a load in progress is a 503 now, not a request held for seconds."""
-    return load_tokenizer(settings.ENGINE.model_path, wait=False)
+    return load_tokenizer(serving_model_path(), wait=False)
 
 
 def count_tokens(text: str) -> int:

@@ -1,6 +1,9 @@
-"""Chat affinity on the worker side: each GPU worker also consumes its own queue (``worker.<name>``).
+"""What a GPU worker consumes: its deployment's tier queues, and its own queue (``worker.<name>``, chat affinity).
 
-The web side routes a run there when the worker served the chat's previous turn (``runs.routing``).
+The command line names the plain tier queues (``-Q pro,plus,free,batch``: "this is a GPU worker"); each becomes
+the worker's deployment's (``pro.name@version``...), in the same order. A worker of the default deployment also
+keeps the plain ones after them (runs queued before deployments were versioned). The web side routes a run to a
+worker's own queue when that worker served the chat's previous turn (``runs.routing``).
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from typing import Any
 from celery.signals import celeryd_after_setup
 from django.conf import settings
 
+from core.worker_contract import deployment_queue
+from inference_workers.deployment import worker_deployment
 from scheduling.affinity import worker_queue
 
 logger = logging.getLogger(__name__)
@@ -18,10 +23,19 @@ logger = logging.getLogger(__name__)
 
 @celeryd_after_setup.connect(dispatch_uid="inference_workers.consume_own_queue")
 def consume_own_queue(sender: str, instance: Any, **kwargs: Any) -> None:
-    """A GPU worker (one consuming the tier queues) also consumes the queue of runs pinned to it."""
+    """A GPU worker (one consuming the tier queues) consumes its deployment's and the queue of runs pinned to it."""
     queues = instance.app.amqp.queues
-    consumed = set(queues.consume_from or queues)
-    if not consumed & set(settings.CELERY_TASK_QUEUES_ORDER):
+    consumed = list(queues.consume_from or queues)
+    tiers = [name for name in settings.CELERY_TASK_QUEUES_ORDER if name in consumed]
+    if not tiers:
         return
-    queues.select_add(worker_queue(sender))
-    logger.info("worker %s also consumes %s (chat affinity)", sender, worker_queue(sender))
+    served = worker_deployment()
+    names = [deployment_queue(tier, served.key) for tier in tiers]
+    if served.is_default:
+        names += tiers
+    names += [n for n in consumed if n not in tiers and n not in names] + [worker_queue(sender)]
+    for name in names:
+        if name not in queues:
+            queues.add(name)
+    queues.select(names)
+    logger.info("worker %s consumes %s", sender, ", ".join(names))

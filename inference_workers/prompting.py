@@ -1,7 +1,8 @@
 """The prompt a run is generated from: ``chats.context`` plans the messages within the context budget (system,
 rolling summary, recent turns, the new message); this renders them with the model's chat template, with the
 run's tools when it has any. A raw run (``PromptMode.RAW``, ``/v1/completions``) is its user message's text as
-it is: no template, no history, no system prompt."""
+it is: no template, no history, no system prompt. A run that continues an earlier attempt's answer has that
+text appended, as the start of the answer."""
 
 from __future__ import annotations
 
@@ -25,7 +26,10 @@ def build_prompt_messages(*, run: Run) -> ChatMessages:
     return plan_run_prompt(run=run).messages
 
 
-def build_run_prompt(*, run: Run) -> str:
+def build_run_prompt(*, run: Run, answer_prefix: str = "") -> str:
+    """The run's prompt text; ``answer_prefix`` (the text an earlier attempt streamed, which this one continues)
+    follows it as the start of the answer: the chat template ends with the assistant's turn opener, so the engine
+    goes on writing that turn; a raw prompt is followed by it as its completion so far."""
     if run.prompt_mode == PromptMode.RAW:
-        return run.user_message.content
-    return apply_chat_template(build_prompt_messages(run=run), tools=run.tools or None)
+        return run.user_message.content + answer_prefix
+    return apply_chat_template(build_prompt_messages(run=run), tools=run.tools or None) + answer_prefix

@@ -34,6 +34,7 @@ from core.worker_contract import (
     ENGINE_METRIC_FAMILY_PREFIX,
     EngineMetricsSnapshot,
     WorkerHeartbeat,
+    WorkerState,
     cancel_channel,
     cancel_key,
     drop_heartbeat,
@@ -42,7 +43,7 @@ from core.worker_contract import (
     run_lease_key,
     write_heartbeat,
 )
-from inference_workers.engine.base import InferenceEngine
+from inference_workers.engine.base import GenerationRequest, InferenceEngine
 from inference_workers.engine.host import EngineHost
 from scheduling.redis_store import wake_dispatcher
 
@@ -77,6 +78,9 @@ class ActiveRun:
     attempt: int
     request_id: str
     cancel_requested: threading.Event = field(default_factory=threading.Event)
+    handoff_requested: threading.Event = field(default_factory=threading.Event)
+    """Set when this worker drains past its deadline: the attempt stops and hands the run on to another worker
+    of the model, which continues it from the tokens already streamed."""
 
 
 def terminate_process() -> None:
@@ -96,8 +100,25 @@ class WorkerRuntime:
         client: redis.Redis | None = None,
         metrics_registry: CollectorRegistry = REGISTRY,
         exit_process: Callable[[], None] = terminate_process,
+        deployment: str = "",
+        state_of: Callable[[str, int], WorkerState] | None = None,
+        drain_deadline_s: float = float("inf"),
+        status_check_s: float = 2.0,
+        warm_up: bool = True,
     ) -> None:
+        """``deployment``: the ``name@version`` it serves (heartbeats, ready listing); ``state_of(deployment,
+        active runs)``: what to report for it (read every ``status_check_s``; None: always ready); past
+        ``drain_deadline_s`` of draining, its runs are handed on (``ActiveRun.handoff_requested``); ``warm_up``:
+        one generation before the first heartbeat (off only where a test drives a stand-in engine)."""
         self.worker_name = worker_name
+        self.deployment = deployment
+        self.state_of = state_of
+        self.state = WorkerState.READY
+        self.drain_deadline_s = drain_deadline_s
+        self.status_check_s = status_check_s
+        self._state_checked_at = float("-inf")
+        self._draining_since: float | None = None
+        self.warm_up_enabled = warm_up
         self.lease_value = f"{worker_name}/{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.worker_config = worker_config
         self.host = EngineHost(engine_config, engine)
@@ -108,8 +129,8 @@ class WorkerRuntime:
         self._threads: list[threading.Thread] = []
         self.metrics_registry = metrics_registry
         self._metrics_published_at = float("-inf")
-        self._last_seen: tuple[int, int, int] | None = None
-        """(running, waiting, active runs) of the last heartbeat: the dispatcher is woken when they change."""
+        self._last_seen: tuple[int, int, int, str] | None = None
+        """(running, waiting, active runs, state) of the last heartbeat: the dispatcher is woken when they change."""
         self._beat_lock = threading.Lock()
         self.exit_process = exit_process
         self.host.on_dead = self._engine_died
@@ -118,17 +139,34 @@ class WorkerRuntime:
 
     def start(self) -> None:
         self.host.start()
+        if self.warm_up_enabled:
+            self.warm_up()
         self.beat()
         for target, name in ((self._heartbeat_loop, "worker-heartbeat"), (self._cancel_loop, "worker-cancel")):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
 
+    def warm_up(self) -> None:
+        """One short generation on the new engine before the worker says it is ready: a worker that heartbeats
+        ready has answered once (its first real run pays no first-request cost, and a broken engine never takes
+        runs). Raises when the engine cannot answer: the worker does not start."""
+        started = time.monotonic()
+        request = GenerationRequest(request_id=f"warm-up-{uuid.uuid4().hex[:8]}", prompt="Hello", max_tokens=2)
+        tokens = sum(delta.new_tokens for delta in self.host.stream(request) if delta is not None)
+        logger.info(
+            "worker %s: warm-up generation answered %s tokens in %.2f s; ready for %s",
+            self.worker_name,
+            tokens,
+            time.monotonic() - started,
+            self.deployment or "any deployment",
+        )
+
     def stop(self) -> None:
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=5)
-        drop_heartbeat(self.worker_name, client=self.client)
+        drop_heartbeat(self.worker_name, deployment=self.deployment, client=self.client)
         self.host.shutdown()
 
     def _engine_died(self, reason: str) -> None:
@@ -136,7 +174,7 @@ class WorkerRuntime:
         logger.critical("worker %s: the engine died (%s); stopping this worker", self.worker_name, reason)
         self._stop.set()  # no more heartbeats: the dispatcher stops counting these slots, leases lapse
         try:
-            drop_heartbeat(self.worker_name, client=self.client)
+            drop_heartbeat(self.worker_name, deployment=self.deployment, client=self.client)
         except redis.RedisError as exc:
             logger.warning("could not delete the heartbeat (%s); it expires by itself", exc)
         self.exit_process()
@@ -209,6 +247,37 @@ class WorkerRuntime:
         with self._beat_lock:
             self._beat()
 
+    def refresh_state(self) -> WorkerState:
+        """Re-reads what to report for the deployment (every ``status_check_s``); past the drain deadline, asks
+        every run still here to hand itself on. A failed read keeps the last state."""
+        if self.state_of is None or time.monotonic() - self._state_checked_at < self.status_check_s:
+            return self.state
+        self._state_checked_at = time.monotonic()
+        try:
+            state = self.state_of(self.deployment, len(self.active_run_ids()))
+        except Exception:
+            logger.warning("worker %s: cannot read the state of %s", self.worker_name, self.deployment, exc_info=True)
+            return self.state
+        if state != self.state:
+            logger.info("worker %s (%s): %s -> %s", self.worker_name, self.deployment, self.state, state)
+        self.state = state
+        if state == WorkerState.READY:
+            self._draining_since = None
+        elif self._draining_since is None:
+            self._draining_since = time.monotonic()
+        if state == WorkerState.DRAINING and time.monotonic() - (self._draining_since or 0) > self.drain_deadline_s:
+            self.hand_off_all()
+        return state
+
+    def hand_off_all(self) -> None:
+        """Asks each run still generating here to stop and go on elsewhere (from the tokens it streamed)."""
+        with self._lock:
+            active = list(self._active.values())
+        for run in active:
+            if not run.handoff_requested.is_set():
+                logger.info("run %s: the drain deadline passed; handing it on", run.run_id)
+                run.handoff_requested.set()
+
     def _beat(self) -> None:
         stats = self.host.stats()
         engine = self.host.engine
@@ -227,11 +296,13 @@ class WorkerRuntime:
             prefix_cache_queries=stats.prefix_cache_queries,
             prefix_cache_hits=stats.prefix_cache_hits,
             stats_at=stats.updated_at,
+            deployment=self.deployment,
+            state=self.state,
         )
-        snapshot = self._engine_metrics_due(deployment=engine.model_name)
+        snapshot = self._engine_metrics_due(deployment=self.deployment or engine.model_name)
         pipe = self.client.pipeline(transaction=False)
         write_heartbeat(beat, ttl_s=ttl, client=pipe)
-        seen = (beat.running, beat.waiting, beat.active_runs)
+        seen = (beat.running, beat.waiting, beat.active_runs, str(beat.state))
         if seen != self._last_seen:
             # What the dispatcher's gate reads changed: it looks again now, instead of polling for it.
             self._last_seen = seen
@@ -266,6 +337,7 @@ class WorkerRuntime:
         interval = self.worker_config.heartbeat_interval_s
         while not self._stop.wait(interval):
             try:
+                self.refresh_state()
                 self.beat()
             except Exception:  # a Redis hiccup must not kill the heartbeat thread
                 logger.exception("heartbeat failed")
@@ -294,16 +366,28 @@ _runtime: WorkerRuntime | None = None
 _runtime_lock = threading.Lock()
 
 
-def start_runtime(*, worker_name: str, engine: InferenceEngine | None = None) -> WorkerRuntime:
-    """Builds this process's one engine and starts reporting; blocks until the engine is ready."""
+def start_runtime(
+    *,
+    worker_name: str,
+    engine: InferenceEngine | None = None,
+    engine_config: EngineConfig | None = None,
+    deployment: str = "",
+    state_of: Callable[[str, int], WorkerState] | None = None,
+) -> WorkerRuntime:
+    """Builds this process's one engine (``engine_config``: the deployment's; None: the environment's), warms it
+    up and starts reporting for ``deployment``; blocks until the engine has answered."""
     global _runtime
     with _runtime_lock:
         if _runtime is None:
             runtime = WorkerRuntime(
                 worker_name=worker_name,
-                engine_config=settings.ENGINE,
+                engine_config=engine_config or settings.ENGINE,
                 worker_config=settings.WORKERS,
                 engine=engine,
+                deployment=deployment,
+                state_of=state_of,
+                drain_deadline_s=settings.DEPLOYMENTS.drain_deadline_s,
+                status_check_s=settings.DEPLOYMENTS.status_check_s,
             )
             runtime.start()
             _runtime = runtime

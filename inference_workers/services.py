@@ -1,14 +1,24 @@
 """What a GPU worker does with a run: claim, generate, stream, finish.
 
 Stream events written here (see ``runs.streaming.contract``): ``status`` {status, attempt, worker} when
-generation starts; ``reset`` {attempt} first when a previous attempt had written events (clients drop its
-text); ``delta`` {text, tokens}, plus ``logprobs`` (one entry per token) when the run asked for them, and
-``prompt_tokens`` on the first one. The terminal ``done`` or ``error`` event is written by the run lifecycle
-when the run ends (``runs.services``), whoever ends it.
+generation starts, plus ``continued_from_tokens`` when the attempt continues an earlier one's answer; ``reset``
+{attempt} first when a previous attempt had written events it cannot continue from (clients drop its text);
+``delta`` {text, tokens}, plus ``logprobs`` (one entry per token) when the run asked for them, and
+``prompt_tokens`` on the first one of an answer (not on a continuation's: the answer's first delta carries it).
+The terminal ``done`` or ``error`` event is written by the run lifecycle when the run ends (``runs.services``),
+whoever ends it.
+
+Continuation: a run whose worker died or drained past its deadline (``ActiveRun.handoff_requested``: the attempt
+hands the run back, ``runs.services.run_handoff``) goes on, on another worker, from the answer its stream shows:
+the prompt followed by that text, asked for the tokens left of ``max_tokens``, the new text appended to the
+stream after the old, with no ``reset`` and nothing sent twice. ``runs.services.run_mark_streaming`` decides it
+(``Run.recovery``): a constrained, structured-output or tool-calling run, or one with no text to go on from,
+starts over after a ``reset`` instead.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -28,9 +38,9 @@ from inference_workers.engine.host import EngineDied, EngineError
 from inference_workers.prompting import build_run_prompt
 from inference_workers.runtime import WorkerRuntime
 from runs.events import RunEvent, log_run_event, seconds_between
-from runs.models import Run, RunStatus
-from runs.services import run_fail, run_finish, run_mark_first_token, run_mark_streaming
-from runs.streaming.contract import RunStreamWriter, StreamEvent
+from runs.models import Recovery, Run, RunStatus
+from runs.services import run_fail, run_finish, run_handoff, run_mark_first_token, run_mark_streaming
+from runs.streaming.contract import RunStreamWriter, StreamedAnswer, StreamEvent, streamed_answer
 from runs.streaming.load import current_flush_interval
 
 logger = logging.getLogger(__name__)
@@ -116,6 +126,14 @@ class DeltaCoalescer:
     @property
     def text(self) -> str:
         return "".join(self.text_parts)
+
+    def seed(self, answer: StreamedAnswer) -> None:
+        """Starts from an answer already in the stream (an earlier attempt's, which this one continues): it counts
+        in :attr:`text`, :attr:`tokens` and the logprob entries, and a resend after lost entries sends it too,
+        but it is not written again. The first new text still goes out at once, without ``prompt_tokens``."""
+        self.text_parts = [answer.text]
+        self.tokens = answer.tokens
+        self.logprob_entries = list(answer.logprobs) if self.logprobs else []
 
     @property
     def buffered_tokens(self) -> int:
@@ -244,8 +262,9 @@ def generate_run(*, run_id: int, runtime: WorkerRuntime, engine_priority: int | 
     ``engine_priority``: vLLM's priority the dispatcher chose for it (None: ``Run.priority``, its tier's).
 
     Safe to call again for the same run (a redelivered task): a run that another live attempt holds is
-    skipped, a run whose previous attempt died restarts with a ``reset`` event, and only the attempt that
-    still owns the run may write its assistant message.
+    skipped, a run whose previous attempt died or handed it off continues from the text its stream shows (or,
+    when it cannot, restarts with a ``reset`` event), and only the attempt that still owns the run may write its
+    assistant message.
 
     Raises :class:`EngineDied` without touching the run when this worker's engine is dead (the task goes back
     to the queue for a live worker); a run whose engine dies while it is generated is left to the reaper.
@@ -263,25 +282,48 @@ def generate_run(*, run_id: int, runtime: WorkerRuntime, engine_priority: int | 
 
 
 def _generate_claimed(*, run_id: int, runtime: WorkerRuntime, engine_priority: int | None) -> RunStatus | None:
+    # This attempt holds the lease: no other writes the stream now, and what it shows is what clients have seen.
+    writer = RunStreamWriter(run_id)
+    streamed = streamed_answer(run_id, client=writer.client) if writer.seq > 0 else None
     run, changed = _with_db_retry(
-        lambda: run_mark_streaming(run_id=run_id, worker=runtime.worker_name), run_id=run_id, what="claiming it"
+        lambda: run_mark_streaming(run_id=run_id, worker=runtime.worker_name, streamed=streamed),
+        run_id=run_id,
+        what="claiming it",
     )
     if not changed:
         return None
     if run.is_terminal:  # it was cancelling when its previous worker died, or ran out of attempts
         return RunStatus(run.status)
-    writer = RunStreamWriter(run_id)
 
     attempt = run.attempts
-    if writer.seq > 0:
+    resumed = streamed if run.recovery == Recovery.CONTINUED else None
+    status: dict[str, object] = {"status": run.status, "attempt": attempt, "worker": runtime.worker_name}
+    if resumed is not None:
+        status["continued_from_tokens"] = resumed.tokens
+        logger.info("run %s: attempt %s continues from %s streamed tokens", run_id, attempt, resumed.tokens)
+    elif writer.seq > 0:
         writer.append(StreamEvent.RESET, {"attempt": attempt})
-    writer.append(StreamEvent.STATUS, {"status": run.status, "attempt": attempt, "worker": runtime.worker_name})
+    writer.append(StreamEvent.STATUS, status)
+    resumed_tokens = resumed.tokens if resumed is not None else 0
+    if resumed is not None and resumed_tokens >= run.max_tokens:  # the earlier attempts used up max_tokens
+        done = GenerationResult(
+            text=resumed.text,
+            input_tokens=resumed.prompt_tokens or 0,
+            output_tokens=resumed_tokens,
+            finish_reason=EngineFinishReason.LENGTH,
+        )
+        return _finish(run_id=run_id, attempt=attempt, result=done)
     active = runtime.register(run_id=run_id, attempt=attempt)
+    handed_off = False
     try:
         try:
-            prompt = build_run_prompt(run=run)
+            prompt = build_run_prompt(run=run, answer_prefix=resumed.text if resumed is not None else "")
             request = run_generation_request(
-                run=run, request_id=active.request_id, prompt=prompt, engine_priority=engine_priority
+                run=run,
+                request_id=active.request_id,
+                prompt=prompt,
+                engine_priority=engine_priority,
+                resumed_tokens=resumed_tokens,
             )
         except Exception as exc:  # a prompt (or stored sampling) we cannot use fails this run, not the worker
             logger.exception("run %s: building the prompt failed", run_id)
@@ -296,15 +338,32 @@ def _generate_claimed(*, run_id: int, runtime: WorkerRuntime, engine_priority: i
             outage_limit_s=float(settings.WORKERS.heartbeat_ttl_s),
             logprobs=request.sampling.logprobs is not None,
         )
-        input_tokens = output_tokens = 0
+        # The run's input tokens are its own prompt's, as the attempt that began the answer counted them: the
+        # continuation's prompt also holds the answer so far, which is output (counted in output_tokens), not input.
+        input_tokens = (resumed.prompt_tokens or 0) if resumed is not None else 0
+        output_tokens = 0  # this attempt's
+        if resumed is not None:
+            coalescer.seed(resumed)
         finish_reason = EngineFinishReason.ABORT
         if runtime.cancel_pending(run_id):  # cancelled between the claim and now: nothing to generate
-            empty = GenerationResult(text="", input_tokens=0, output_tokens=0, finish_reason=EngineFinishReason.ABORT)
+            empty = GenerationResult(
+                text=coalescer.text,
+                input_tokens=input_tokens,
+                output_tokens=resumed_tokens,
+                finish_reason=EngineFinishReason.ABORT,
+            )
             return _finish(run_id=run_id, attempt=attempt, result=empty)
         last_abort = 0.0
         try:
             try:
                 for delta in runtime.host.stream(request, poll_s=coalescer.wait_s):
+                    if active.handoff_requested.is_set() and (delta is None or delta.finish_reason is None):
+                        # The worker drains past its deadline: what is in the coalescer goes to the stream (below)
+                        # and another worker goes on from there; this delta and what the engine still had are
+                        # dropped (the stream is the answer so far, and no client saw them).
+                        runtime.host.abort(request.request_id)
+                        handed_off = True
+                        break
                     if active.cancel_requested.is_set() and time.monotonic() - last_abort > 0.5:
                         # An abort that reached the engine before the request did is a no-op: repeat it.
                         runtime.host.abort(request.request_id)
@@ -313,7 +372,10 @@ def _generate_claimed(*, run_id: int, runtime: WorkerRuntime, engine_priority: i
                         coalescer.flush_if_due()
                         continue
                     if delta.prompt_tokens is not None:
-                        input_tokens = coalescer.prompt_tokens = delta.prompt_tokens
+                        if resumed is None:
+                            input_tokens = coalescer.prompt_tokens = delta.prompt_tokens
+                        elif resumed.prompt_tokens is None:  # not in the stream: this prompt less the answer so far
+                            input_tokens = max(0, delta.prompt_tokens - resumed_tokens)
                     first_token = output_tokens == 0 and delta.new_tokens > 0
                     output_tokens += delta.new_tokens
                     # The first text goes out before any bookkeeping.
@@ -349,22 +411,52 @@ def _generate_claimed(*, run_id: int, runtime: WorkerRuntime, engine_priority: i
     finally:
         runtime.unregister(run_id)
 
+    if handed_off and _hand_off(run_id=run_id, attempt=attempt, runtime=runtime):
+        return None
     result = GenerationResult(
-        text=coalescer.text, input_tokens=input_tokens, output_tokens=output_tokens, finish_reason=finish_reason
+        text=coalescer.text,
+        input_tokens=input_tokens,
+        output_tokens=resumed_tokens + output_tokens,
+        finish_reason=finish_reason,
     )
     return _finish(run_id=run_id, attempt=attempt, result=result)
 
 
+def _hand_off(*, run_id: int, attempt: int, runtime: WorkerRuntime) -> bool:
+    """Gives the run back to the queue for another worker (its text so far is in the stream); False when it is no
+    longer this attempt's to hand on (cancelled meanwhile, or superseded): the attempt then ends it as usual.
+
+    The lease goes first, so the next worker's claim finds it free; should the reaper see the run without it
+    before the requeue commits, it requeues the run itself and the handoff finds nothing to do."""
+    runtime.release(run_id)
+    handed = _with_db_retry(
+        lambda: run_handoff(run_id=run_id, attempt=attempt, worker=runtime.worker_name),
+        run_id=run_id,
+        what="handing it off",
+    )
+    if handed is None:
+        return False
+    logger.info("run %s: attempt %s handed it off (the worker drains)", run_id, attempt)
+    return True
+
+
 def run_generation_request(
-    *, run: Run, request_id: str, prompt: str, engine_priority: int | None = None
+    *, run: Run, request_id: str, prompt: str, engine_priority: int | None = None, resumed_tokens: int = 0
 ) -> GenerationRequest:
     """What the engine is asked for this run: its prompt, ``max_tokens``, priority (``engine_priority``, else the
     run's tier priority) and every sampling parameter it stored (``Run.temperature``/``Run.top_p`` plus
-    ``Run.sampling``)."""
+    ``Run.sampling``). ``resumed_tokens``: the answer's tokens already streamed, which ``prompt`` ends with; they
+    count against ``max_tokens`` and ``min_tokens``."""
     spec = SamplingSpec.from_json(run.sampling or {}, temperature=run.temperature, top_p=run.top_p)
+    if resumed_tokens and spec.min_tokens:
+        spec = dataclasses.replace(spec, min_tokens=max(0, spec.min_tokens - resumed_tokens))
     priority = run.priority if engine_priority is None else engine_priority
     return GenerationRequest(
-        request_id=request_id, prompt=prompt, max_tokens=run.max_tokens, sampling=spec, priority=priority
+        request_id=request_id,
+        prompt=prompt,
+        max_tokens=run.max_tokens - resumed_tokens,
+        sampling=spec,
+        priority=priority,
     )
 
 

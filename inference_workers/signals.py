@@ -8,7 +8,10 @@ from typing import Any
 from celery.signals import worker_init, worker_shutdown
 from django.conf import settings
 
-from deployments.tokenizer import get_tokenizer
+from core.db_executor import reconnect_after_db_error
+from core.worker_contract import WorkerState
+from deployments.tokenizer import get_tokenizer, serve_model_in_process
+from inference_workers.deployment import deployment_engine_config, deployment_state, worker_deployment
 from inference_workers.runtime import start_runtime, stop_runtime
 
 logger = logging.getLogger(__name__)
@@ -24,10 +27,22 @@ def start_engine(sender: Any = None, **kwargs: Any) -> None:
     """Runs in the worker's main process before the consumer starts, so no task waits for the engine."""
     if sender is None or not _consumes_tier_queues(sender):
         return
-    logger.info("worker %s: building the %s engine", sender.hostname, settings.ENGINE.backend)
-    start_runtime(worker_name=sender.hostname)
+    served = worker_deployment()
+    logger.info("worker %s: building the %s engine for %s", sender.hostname, settings.ENGINE.backend, served.key)
+    serve_model_in_process(served.local_path)  # prompts are rendered with the deployment's own tokenizer
+    start_runtime(
+        worker_name=sender.hostname,
+        engine_config=deployment_engine_config(settings.ENGINE, served),
+        deployment=served.key,
+        state_of=_deployment_state,
+    )
     get_tokenizer()  # prompts are rendered with it: load it now, not in the first task (~10 s on a busy CPU)
     serve_engine_metrics(settings.WORKERS.metrics_port, addr=settings.WORKERS.metrics_addr)
+
+
+def _deployment_state(key: str, active_runs: int) -> WorkerState:
+    with reconnect_after_db_error():  # the heartbeat thread's connection: a Postgres restart must not stick
+        return deployment_state(key, active_runs=active_runs)
 
 
 def serve_engine_metrics(port: int, *, addr: str = "127.0.0.1") -> None:

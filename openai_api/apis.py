@@ -15,7 +15,6 @@ import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
-from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
@@ -25,13 +24,15 @@ from accounts.selectors import user_for_token
 from chats.models import Message
 from core.db_executor import db_call, db_read, db_submit
 from core.errors import DomainError
-from core.text import echo
+from deployments.registry import available_models, resolve_model
+from deployments.tokenizer import using_model
 from openai_api import formats
 from openai_api.errors import OpenAIRequestError, error_response, from_domain_error, from_request_error
 from openai_api.params import StreamOptions
 from openai_api.requests import (
     ChatCompletionRequest,
     CompletionRequest,
+    model_param,
     parse_chat_completion,
     parse_completion,
     read_body,
@@ -58,8 +59,9 @@ async def _bearer_user(request: HttpRequest) -> User | HttpResponse:
     return user
 
 
-def _model_card() -> dict[str, Any]:
-    return {"id": settings.ENGINE.served_model_name, "object": "model", "created": 0, "owned_by": "chat-serving"}
+def _model_cards() -> list[dict[str, Any]]:
+    """Each name with a ready version, then each ready ``name@version`` (what ``model`` may be)."""
+    return [{"id": model, "object": "model", "created": 0, "owned_by": "chat-serving"} for model in available_models()]
 
 
 async def _authorized(request: HttpRequest, method: str) -> User | HttpResponse:
@@ -73,19 +75,12 @@ async def models(request: HttpRequest) -> HttpResponse:
     user = await _authorized(request, "GET")
     if isinstance(user, HttpResponse):
         return user
-    return JsonResponse({"object": "list", "data": [_model_card()]})
+    return JsonResponse({"object": "list", "data": await db_read(_model_cards)})
 
 
-def _unknown_model(model: str) -> JsonResponse | None:
-    served = settings.ENGINE.served_model_name
-    if model == served:
-        return None
-    return error_response(
-        f"The model '{echo(model)}' does not exist here; this server serves '{served}'.",
-        status=404,
-        code="model_not_found",
-        param="model",
-    )
+def _model_refused(exc: DomainError) -> JsonResponse:
+    """An unknown or malformed ``model`` (404 ``model_not_found``, 400), or one with no ready worker (503)."""
+    return error_response(exc.message, status=exc.status_code, code=exc.code, param="model", headers=exc.headers)
 
 
 def _answer_texts(run_ids: list[int]) -> dict[int, str]:
@@ -140,16 +135,28 @@ async def _create(
     if isinstance(user, HttpResponse):
         return user
     try:
-        parsed = parse(read_body(request))
+        body = read_body(request)
+        model = model_param(body)
+    except OpenAIRequestError as exc:
+        return from_request_error(exc)
+    try:
+        served = await db_read(resolve_model, model)
+    except DomainError as exc:
+        return _model_refused(exc)
+    try:
+        with using_model(served.local_path):  # its tokenizer checks token ids
+            parsed = parse(body)
     except OpenAIRequestError as exc:
         return from_request_error(exc)
     except DomainError as exc:  # the model is still being prepared (its tokenizer checks token ids): a 503
         return from_domain_error(exc)
-    refused = _unknown_model(parsed.model)
-    if refused is not None:
-        return refused
+
+    def create_runs() -> list[Run]:
+        with using_model(served.local_path):
+            return create(user=user, request=parsed, deployment=served)
+
     try:
-        runs = await db_call(lambda: create(user=user, request=parsed))
+        runs = await db_call(create_runs)
     except DomainError as exc:
         return from_domain_error(exc)
     return parsed, runs
@@ -182,7 +189,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
     if isinstance(created, HttpResponse):
         return created
     parsed, runs = created
-    model = settings.ENGINE.served_model_name
+    model = parsed.model  # echoed as sent, as vLLM's server does
     if parsed.stream:
         return _event_stream(_chat_chunks(runs, parsed, model=model), runs)
     completions = await _collected(runs)
@@ -267,7 +274,7 @@ async def completions(request: HttpRequest) -> HttpResponseBase:
     if isinstance(created, HttpResponse):
         return created
     parsed, runs = created
-    model = settings.ENGINE.served_model_name
+    model = parsed.model  # echoed as sent, as vLLM's server does
     if parsed.stream:
         return _event_stream(_text_chunks(runs, parsed, model=model), runs)
     completions_ = await _collected(runs)

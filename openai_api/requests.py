@@ -130,6 +130,14 @@ def message_text(content: Any, param: str) -> str:
     raise OpenAIRequestError(f"'{param}' must be a string or a list of text parts.", param=param)
 
 
+def model_param(body: Any) -> str:
+    """The request's ``model`` (the deployment is resolved from it before the rest is read: the tokenizer that
+    checks token ids is the deployment's); a missing one is a 400."""
+    if not isinstance(body, dict):
+        raise OpenAIRequestError("The body must be a JSON object.")
+    return _model(body)
+
+
 def _model(body: dict[str, Any]) -> str:
     model = body.get("model")
     if not isinstance(model, str) or not model:

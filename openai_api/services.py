@@ -18,6 +18,7 @@ from django.db import transaction
 from accounts.models import User
 from chats.models import Chat, ChatOrigin, Message, MessageRole
 from core.sampling import SamplingSpec
+from deployments.registry import Served
 from deployments.tokenizer import count_tokens
 from openai_api.requests import ChatCompletionRequest, CompletionRequest
 from runs.models import PromptMode, Run
@@ -33,8 +34,8 @@ def _title(text: str) -> str:
     return lines[0][:80] if lines else ""
 
 
-def chat_completion_create(*, user: User, request: ChatCompletionRequest) -> list[Run]:
-    """The call's runs, choice ``i`` at index ``i``."""
+def chat_completion_create(*, user: User, request: ChatCompletionRequest, deployment: Served) -> list[Run]:
+    """The call's runs, choice ``i`` at index ``i``, all on ``deployment`` (resolved from ``model``)."""
     sampling = request.sampling
     system_tokens = count_tokens(request.system_prompt) if request.system_prompt is not None else 0
     history_tokens = [count_tokens(content) for _, content in request.history]
@@ -64,13 +65,14 @@ def chat_completion_create(*, user: User, request: ChatCompletionRequest) -> lis
                     tools=request.tools.tools or None,
                     end_user=sampling.end_user,
                     prompt_role=MessageRole(request.last_role),
+                    deployment=deployment,
                 )
             )
     return runs
 
 
-def text_completion_create(*, user: User, request: CompletionRequest) -> list[Run]:
-    """The call's runs: prompt ``p``'s choice ``j`` at index ``p * n + j`` (vLLM's order)."""
+def text_completion_create(*, user: User, request: CompletionRequest, deployment: Served) -> list[Run]:
+    """The call's runs: prompt ``p``'s choice ``j`` at index ``p * n + j`` (vLLM's order), on ``deployment``."""
     sampling = request.sampling
     runs: list[Run] = []
     with transaction.atomic():
@@ -87,6 +89,7 @@ def text_completion_create(*, user: User, request: CompletionRequest) -> list[Ru
                         ),
                         prompt_mode=PromptMode.RAW,
                         end_user=sampling.end_user,
+                        deployment=deployment,
                     )
                 )
     return runs

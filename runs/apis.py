@@ -15,6 +15,7 @@ from chats import services as chat_services
 from chats.serializers import ChatOutSerializer, ChatUpdateSerializer, MessageCreateSerializer, MessageOutSerializer
 from core.errors import error_response
 from core.pagination import BAD_PAGE, PAGE_PARAMS, keyset_paginate, page_response, parse_limit
+from deployments.registry import resolve_model
 from runs import selectors, services
 from runs.models import Run
 from runs.serializers import ChatDetailOutSerializer, RunOutSerializer
@@ -72,8 +73,9 @@ class ChatDetailApi(APIView):
         chat = chat_selectors.chat_get(user=request_user(request), chat_id=chat_id)
         body = ChatUpdateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        if "title" in body.validated_data:
-            chat = chat_services.chat_update(chat=chat, title=body.validated_data["title"])
+        data = body.validated_data
+        if data:
+            chat = chat_services.chat_update(chat=chat, title=data.get("title"), model=data.get("model"))
         return Response(ChatOutSerializer(chat).data)
 
     @extend_schema(
@@ -121,21 +123,30 @@ class ChatMessagesApi(APIView):
             **CHAT_NOT_FOUND,
             409: error_response("The chat already has a run that has not ended."),
             429: error_response("A rate or concurrency limit was hit; retry after the Retry-After header."),
+            503: error_response("The model has no ready worker (or is being prepared); retry after Retry-After."),
         },
         description="Posts a prompt: stores the user message and a queued run in one transaction and answers "
-        "202 at once; the answer streams from `stream_url`.",
+        "202 at once; the answer streams from `stream_url`. `model` (else the chat's) picks the deployment: an "
+        "unknown one is a 404 `model_not_found` naming those there are.",
     )
     def post(self, request: Request, chat_id: int) -> Response:
-        # No read of the chat here: run_create checks it (404) in the statement that writes the prompt, after
-        # the checks that need no database (400, the tier's caps, 429), which do not depend on the chat.
+        # The chat's ownership is checked (404) by run_create, in the statement that writes the prompt, after the
+        # checks that need no database (400, the tier's caps, 429). Only its model is read here, when the body
+        # names none (another user's chat has none to read, and is then a 404 all the same).
         body = MessageCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
+        user = request_user(request)
+        asked = data.get("model")
+        spec = asked if asked is not None else chat_selectors.chat_model(user=user, chat_id=chat_id)
+        deployment = resolve_model(spec)
         run = services.run_create(
             chat_id=chat_id,
-            user=request_user(request),
+            user=user,
             content=data["content"],
             sampling=services.SamplingRequest(max_tokens=data.get("max_tokens"), spec=data["spec"]),
+            deployment=deployment,
+            chat_model=asked.strip() if asked is not None else None,
         )
         shown = run_data(run)
         return Response(

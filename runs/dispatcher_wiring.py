@@ -39,13 +39,14 @@ def engine_samples() -> list[EngineSample]:
             tpot_s=hb.tpot_s,
             updated_at=hb.updated_at,
             stats_at=hb.stats_at,
+            deployment=hb.deployment,
         )
         for hb in worker_heartbeats()
     ]
 
 
 def send_run(run: QueuedRun) -> None:
-    send_to_worker(run_id=run.run_id, queue=run.tier, engine_priority=run.engine_priority)
+    send_to_worker(run_id=run.run_id, queue=run.tier, engine_priority=run.engine_priority, deployment=run.deployment)
 
 
 def publish_positions(positions: dict[int, Position]) -> None:

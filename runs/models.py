@@ -53,6 +53,17 @@ class PromptMode(models.TextChoices):
     """The user message's text exactly as given (``/v1/completions``): no template, no history."""
 
 
+class Recovery(models.TextChoices):
+    """How a run went on after the worker generating it drained past its deadline or died."""
+
+    NONE = "", "none"
+    CONTINUED = "continued"
+    """Another worker of the same deployment went on from the tokens already streamed (no ``reset``)."""
+    RESTARTED = "restarted"
+    """Continuing was impossible (a constrained or tool-calling run, or no streamed text to go on from): it
+    started over after a ``reset`` event."""
+
+
 class Run(models.Model):
     chat = models.ForeignKey("chats.Chat", on_delete=models.CASCADE, related_name="runs")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="runs")
@@ -63,7 +74,15 @@ class Run(models.Model):
     )
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
     finish_reason = models.CharField(max_length=16, choices=FinishReason.choices, blank=True, default="")
-    model = models.CharField(max_length=200, blank=True, default="")
+    model = models.CharField(max_length=200, blank=True, default="", help_text="The served model's name.")
+    deployment = models.ForeignKey(
+        "deployments.ModelDeployment",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="runs",
+        help_text="The (model, version) this run was routed to, and that served it.",
+    )
     worker = models.CharField(max_length=200, blank=True, default="")
     priority = models.PositiveSmallIntegerField(default=0)
     max_tokens = models.PositiveIntegerField()
@@ -86,6 +105,17 @@ class Run(models.Model):
     output_tokens = models.PositiveIntegerField(default=0)
     reserved_tokens = models.PositiveIntegerField(default=0)
     attempts = models.PositiveSmallIntegerField(default=0)
+    recovery = models.CharField(
+        max_length=16,
+        choices=Recovery.choices,
+        blank=True,
+        default=Recovery.NONE,
+        help_text="How the latest attempt went on from an earlier one: continued from its streamed tokens, or "
+        "restarted from scratch (empty: it never had to).",
+    )
+    resumed_tokens = models.PositiveIntegerField(
+        default=0, help_text="Output tokens an earlier attempt had streamed that the latest one continued from."
+    )
     error = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -97,6 +127,7 @@ class Run(models.Model):
             models.Index(fields=["user", "status"], name="run_user_status"),
             models.Index(fields=["status", "tier"], name="run_status_tier"),
             models.Index(fields=["chat", "-created_at"], name="run_chat_time"),
+            models.Index(fields=["deployment", "-created_at"], name="run_deployment_time"),
         ]
         constraints = [
             models.UniqueConstraint(

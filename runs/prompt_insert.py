@@ -9,7 +9,8 @@ row lock ``SELECT ... FOR UPDATE`` took (and ``chat_delete`` takes).
 
 - ``target``: the chat if ``owner`` owns it (no row: missing or another user's, answered 404), with whether it
   has an unfinished run (``busy``: answered 409, nothing written).
-- ``touched``: bumps ``updated_at`` and sets the title if the chat had none; it waits for the row lock, and
+- ``touched``: bumps ``updated_at``, sets the title if the chat had none and its ``model`` if the prompt named
+  one; it waits for the row lock, and
   finds no row when the chat was deleted meanwhile (then nothing else is written either: 404).
 - ``message``, ``run``: the inserts, each only if the step before it wrote its row.
 
@@ -64,12 +65,14 @@ def _insert_select(obj: models.Model, *, sourced: Iterable[str] = ()) -> tuple[s
     return ", ".join(columns), ", ".join(selects), params
 
 
-def prompt_insert(*, chat_id: int, owner_id: int, title: str, message: Message, run: Run) -> PromptInsert:
+def prompt_insert(
+    *, chat_id: int, owner_id: int, title: str, message: Message, run: Run, model: str | None = None
+) -> PromptInsert:
     """Writes ``message`` and ``run`` (unsaved instances; ``run.user_message`` is set from the new message) to
     the owner's chat ``chat_id`` in one statement, as the module describes; sets their ``pk`` when written.
 
-    ``title`` becomes the chat's title if it has none. Raises ``IntegrityError`` (``one_active_run_per_chat``)
-    when a concurrent prompt's run won the chat first.
+    ``title`` becomes the chat's title if it has none; ``model`` (not None) its model. Raises ``IntegrityError``
+    (``one_active_run_per_chat``) when a concurrent prompt's run won the chat first.
     """
     low, high = connection.ops.integer_field_range("BigAutoField")
     if not low <= chat_id <= high:  # no such id can exist (and Postgres would refuse it as a bigint)
@@ -85,7 +88,8 @@ def prompt_insert(*, chat_id: int, owner_id: int, title: str, message: Message, 
             SELECT EXISTS (SELECT 1 FROM {run_table} WHERE chat_id = %s AND status IN ({statuses})) AS busy
             FROM {chat_table} WHERE id = %s AND owner_id = %s
         ), touched AS (
-            UPDATE {chat_table} SET updated_at = %s, title = CASE WHEN title = '' THEN %s ELSE title END
+            UPDATE {chat_table} SET updated_at = %s, title = CASE WHEN title = '' THEN %s ELSE title END,
+                model = COALESCE(%s::varchar, model)
             WHERE id = %s AND owner_id = %s AND NOT (SELECT busy FROM target)
             RETURNING id
         ), message AS (
@@ -103,6 +107,7 @@ def prompt_insert(*, chat_id: int, owner_id: int, title: str, message: Message, 
         owner_id,
         message.created_at,
         title,
+        model,
         chat_id,
         owner_id,
         *message_params,

@@ -13,6 +13,7 @@ from functools import lru_cache
 from accounts.limits import EffectiveLimits, user_limits
 from accounts.models import Tier
 from core.redis_client import get_redis
+from deployments.registry import deployment_by_id
 from deployments.tokenizer import count_tokens
 from runs.events import RunEvent, log_run_event
 from runs.models import Run
@@ -51,6 +52,7 @@ def run_enqueue(*, run: Run, limits: EffectiveLimits | None = None) -> None:
     caller has just read them (a new prompt), else they are read here."""
     limits = limits or user_limits(user=run.user)
     cost = run.reserved_tokens or (count_input_tokens(run.user_message.content) + run.max_tokens)
+    served = deployment_by_id(run.deployment_id)
     get_scheduler_store().push(
         QueuedRun(
             run_id=run.pk,
@@ -59,6 +61,7 @@ def run_enqueue(*, run: Run, limits: EffectiveLimits | None = None) -> None:
             cost=cost,
             weight=limits.share_weight,
             enqueued_at=run.created_at.timestamp(),
+            deployment=served.key if served is not None else "",
         )
     )
     log_run_event(RunEvent.QUEUED, run, f"run {run.pk} queued for the {run.tier.name} tier", cost=cost)

@@ -19,7 +19,9 @@ logger = logging.getLogger(__name__)
 
 
 def reap_orphaned_runs() -> list[int]:
-    """Requeues (or fails, after ``max_attempts``) streaming runs whose worker no longer holds their lease.
+    """Requeues (or fails, after ``max_attempts``) streaming runs whose worker no longer holds their lease; a
+    requeued run moves to a version of its model that serves if its own no longer does, and its next attempt
+    continues from the text already streamed (``runs.services.run_requeue_orphan``).
 
     A worker refreshes the lease of every run it generates with its heartbeat, so the lease vanishes
     ``heartbeat_ttl_s`` after the worker dies. Runs younger than ``orphan_grace_s`` are left alone.

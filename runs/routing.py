@@ -15,7 +15,7 @@ from typing import Any
 from django.conf import settings
 
 from core.db_executor import reconnect_after_db_error
-from core.worker_contract import send_generate, worker_heartbeat
+from core.worker_contract import deployment_queue, send_generate, worker_heartbeat
 from runs.events import RunEvent, log_event, log_run_event
 from runs.models import Run
 from scheduling.affinity import Route, WorkerLoad, choose_route
@@ -34,6 +34,7 @@ def previous_worker_load(worker: str) -> list[WorkerLoad]:
             running=beat.running,
             waiting=beat.waiting,
             updated_at=beat.updated_at,
+            deployment=beat.deployment,
         )
     ]
 
@@ -49,40 +50,44 @@ def _run_for_dispatch(run_id: int) -> Run | None:
     )
 
 
-def route_run(*, run: Run | None, tier_queue: str) -> Route:
-    """Where ``generate(run)`` goes: the chat's previous worker's own queue, or the tier queue."""
+def route_run(*, run: Run | None, tier_queue: str, deployment: str = "") -> Route:
+    """Where ``generate(run)`` goes: the chat's previous worker's own queue (when it serves the run's deployment),
+    or the tier queue of the run's deployment."""
     if not settings.CONTEXT.chat_affinity:
         return Route(queue=tier_queue, worker=None, reason="disabled")
     previous = run.chat.last_worker if run is not None else ""
+    workers = [w for w in previous_worker_load(previous) if not deployment or w.deployment == deployment]
     return choose_route(
         previous_worker=previous,
         tier_queue=tier_queue,
-        workers=previous_worker_load(previous),
+        workers=workers,
         now=time.time(),
         stale_after_s=float(settings.WORKERS.heartbeat_ttl_s),
     )
 
 
-def route_run_or_tier_queue(*, run_id: int, tier_queue: str) -> tuple[Route, Run | None]:
+def route_run_or_tier_queue(*, run_id: int, tier_queue: str, deployment: str = "") -> tuple[Route, Run | None]:
     """The :func:`route_run` of the run (and the run); the tier queue if a lookup fails (routing never blocks
     a run)."""
     run = None
     try:
         with reconnect_after_db_error():  # Postgres restarted: the next lookup connects again
             run = _run_for_dispatch(run_id)
-        return route_run(run=run, tier_queue=tier_queue), run
+        return route_run(run=run, tier_queue=tier_queue, deployment=deployment), run
     except Exception:  # a Redis or database hiccup: any worker will do
         logger.exception("run %s: chat affinity lookup failed; using the tier queue", run_id)
         return Route(queue=tier_queue, worker=None, reason="affinity_lookup_failed"), run
 
 
-def send_to_worker(*, run_id: int, queue: str, engine_priority: int | None = None) -> None:
+def send_to_worker(*, run_id: int, queue: str, engine_priority: int | None = None, deployment: str = "") -> None:
     """Publishes ``generate(run_id)`` for the tier ``queue``: on the chat's previous worker's queue when
-    affinity applies, else on the tier queue (the workers drain the tier queues in order). ``engine_priority``:
-    vLLM's priority the dispatcher chose (None: the run's tier priority)."""
+    affinity applies (and that worker serves ``deployment``), else on the deployment's tier queue
+    (``pro.name@version``; the plain tier queue for a run without one); the workers drain their tier queues in
+    order. ``engine_priority``: vLLM's priority the dispatcher chose (None: the run's tier priority)."""
     if queue not in settings.CELERY_TASK_QUEUES_ORDER:
         raise ValueError(f"unknown worker queue {queue!r}")
-    route, run = route_run_or_tier_queue(run_id=run_id, tier_queue=queue)
+    tier_queue = deployment_queue(queue, deployment) if deployment else queue
+    route, run = route_run_or_tier_queue(run_id=run_id, tier_queue=tier_queue, deployment=deployment)
     send_generate(run_id=run_id, queue=route.queue, engine_priority=engine_priority)
     message = f"run {run_id} sent to queue {route.queue} ({route.reason})"
     fields: dict[str, Any] = {"queue": route.queue, "route": route.reason, "engine_priority": engine_priority}

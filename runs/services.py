@@ -24,13 +24,16 @@ from chats.summary_schedule import chat_summary_schedule_after_turn
 from core.errors import ConflictError, DomainError
 from core.generation import EngineFinishReason, GenerationResult
 from core.sampling import SamplingError, SamplingSpec, check_sampling
-from core.worker_contract import cancel_key, signal_cancel
+from core.worker_contract import cancel_key, ready_worker_counts, signal_cancel
+from deployments.models import DeploymentStatus
+from deployments.registry import ModelNotFound, ModelUnavailable, Served, forget_cached, resolve_model
+from deployments.tokenizer import using_model
 from runs.events import RunEvent, log_run_end, log_run_event, seconds_between
-from runs.models import ACTIVE_STATUSES, FinishReason, PromptMode, Run, RunStatus
+from runs.models import ACTIVE_STATUSES, FinishReason, PromptMode, Recovery, Run, RunStatus
 from runs.prompt_insert import prompt_insert
 from runs.queueing import run_enqueue
 from runs.quota import admission_reserve, run_account_end
-from runs.streaming.contract import RunStreamWriter, run_terminal_event
+from runs.streaming.contract import RunStreamWriter, StreamedAnswer, run_terminal_event
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +73,8 @@ def run_create(
     tools: list[dict[str, object]] | None = None,
     end_user: str = "",
     prompt_role: MessageRole = MessageRole.USER,
+    deployment: Served | None = None,
+    chat_model: str | None = None,
 ) -> Run:
     """Stores the user's message and a queued run in the user's chat ``chat_id``; hands the run on after commit.
 
@@ -83,9 +88,43 @@ def run_create(
     ``system_prompt`` is the chat's own system message, if it has one (the fit check then counts it instead
     of the default). ``prompt_mode``, ``tools`` and ``end_user`` are stored on the run as given (the
     OpenAI-compatible API's); ``prompt_role`` is the new message's role (``tool`` when an API call hands back a
-    tool's result).
+    tool's result). ``deployment``: the one the caller resolved from the request's ``model``
+    (``deployments.registry.resolve_model``; None: the default model, resolved here); its tokenizer counts the
+    prompt, and the run is queued for its workers. ``chat_model``: the ``model`` the prompt named, which the chat
+    keeps for its next runs (written by the same statement; None: the chat's stays).
     """
     sampling = sampling or SamplingRequest()
+    served = deployment or resolve_model(None)  # 404/503 before anything is counted or written
+    with using_model(served.local_path):
+        return _run_create(
+            chat_id=chat_id,
+            user=user,
+            content=content,
+            sampling=sampling,
+            system_prompt=system_prompt,
+            prompt_mode=prompt_mode,
+            tools=tools,
+            end_user=end_user,
+            prompt_role=prompt_role,
+            served=served,
+            chat_model=chat_model,
+        )
+
+
+def _run_create(
+    *,
+    chat_id: int,
+    user: User,
+    content: str,
+    sampling: SamplingRequest,
+    system_prompt: str | None,
+    prompt_mode: PromptMode,
+    tools: list[dict[str, object]] | None,
+    end_user: str,
+    prompt_role: MessageRole,
+    served: Served,
+    chat_model: str | None,
+) -> Run:
     limits = user_limits(user=user)  # once per prompt: the cap, admission, then the scheduler's weight
     max_tokens = _resolve_max_tokens(limits=limits, requested=sampling.max_tokens)
     try:  # the API checked it already, naming its own parameters; this guards every other caller
@@ -116,13 +155,19 @@ def run_create(
         tools=tools or [],
         prompt_mode=prompt_mode,
         end_user=end_user,
-        model=settings.ENGINE.served_model_name,
+        model=served.name,
+        deployment_id=served.id,
         reserved_tokens=ticket.cost,
     )
     lines = content.strip().splitlines()
     try:
         written = prompt_insert(
-            chat_id=chat_id, owner_id=user.pk, title=lines[0][:80] if lines else "", message=message, run=run
+            chat_id=chat_id,
+            owner_id=user.pk,
+            title=lines[0][:80] if lines else "",
+            message=message,
+            run=run,
+            model=chat_model,
         )
         if written.busy:
             raise _run_in_progress()
@@ -238,12 +283,16 @@ def _announce_end(run: Run) -> None:
 # and a redelivered copy of the same task can race the worker that owns the run.
 
 
-def run_mark_streaming(*, run_id: int, worker: str) -> tuple[Run, bool]:
+def run_mark_streaming(*, run_id: int, worker: str, streamed: StreamedAnswer | None = None) -> tuple[Run, bool]:
     """Claims a run for one generation attempt; returns the run and whether this call changed it.
 
     Changed to ``streaming``: generate (``attempts`` counts this attempt). Changed to ``cancelled``: it was
     being cancelled when its previous worker died. Changed to ``failed``: it reached
     ``settings.WORKERS.max_attempts``. Unchanged: it was already terminal (a duplicate delivery).
+
+    ``streamed``: what the run's stream shows of earlier attempts (None: it holds no event). The same write
+    records how this attempt goes on from them (:func:`run_recovery_of`): ``Run.recovery`` and
+    ``Run.resumed_tokens``, which the worker then follows (continue, or ``reset`` and start over).
     """
     with transaction.atomic():
         # What the worker reads next (the prompt: the chat, the user message, the tier's context budget; the
@@ -256,12 +305,15 @@ def run_mark_streaming(*, run_id: int, worker: str) -> tuple[Run, bool]:
         if run.attempts >= settings.WORKERS.max_attempts:
             error = f"Generation was started {run.attempts} times and never finished; giving up."
             return _end_run(run, status=RunStatus.FAILED, error=error), True
+        run.recovery, run.resumed_tokens = run_recovery_of(run, streamed)
         run.status = RunStatus.STREAMING
         run.attempts += 1
         run.worker = worker
         run.started_at = timezone.now()
         run.first_token_at = None
-        run.save(update_fields=["status", "attempts", "worker", "started_at", "first_token_at"])
+        run.save(
+            update_fields=["status", "attempts", "worker", "started_at", "first_token_at", "recovery", "resumed_tokens"]
+        )
         transaction.on_commit(
             lambda: log_run_event(
                 RunEvent.STARTED,
@@ -269,10 +321,45 @@ def run_mark_streaming(*, run_id: int, worker: str) -> tuple[Run, bool]:
                 f"run {run.pk} started on {worker} (attempt {run.attempts})",
                 attempt=run.attempts,
                 queue_wait_s=seconds_between(run.created_at, run.started_at),
+                recovery=run.recovery,
+                resumed_tokens=run.resumed_tokens,
             ),
             robust=True,
         )
         return run, True
+
+
+def run_continuation_blocker(run: Run) -> str | None:
+    """Why ``run`` cannot go on from an earlier attempt's text (None: it can).
+
+    A constrained or structured-output run cannot: its logits processor or grammar would start again from the
+    prompt's end and not know the text already emitted, so the continuation could leave the schema. Nor can a
+    run with tools: the text may be a tool call the parser must see whole, from the assistant's first token.
+    """
+    if run.tools:
+        return "it has tools"
+    try:
+        spec = SamplingSpec.from_json(run.sampling or {}, temperature=run.temperature, top_p=run.top_p)
+    except (TypeError, ValueError):  # the worker fails such a run when it builds its request
+        return "its stored sampling cannot be read"
+    if spec.constraint is not None:
+        return "it is constrained"
+    if spec.structured_outputs is not None:
+        return "it asks for structured output"
+    return None
+
+
+def run_recovery_of(run: Run, streamed: StreamedAnswer | None) -> tuple[Recovery, int]:
+    """How the next attempt of ``run`` (not yet counted in ``run.attempts``) goes on from the earlier ones, and
+    the output tokens it continues from: ``continued`` from the answer its stream shows when there is one to go
+    on from (some text, its start still in the stream) and the run allows it (:func:`run_continuation_blocker`);
+    ``restarted`` when an earlier attempt was started, or its stream holds events, but it cannot continue; none
+    for a first attempt on an empty stream."""
+    if streamed is not None and streamed.text and streamed.intact and run_continuation_blocker(run) is None:
+        return Recovery.CONTINUED, streamed.tokens
+    if streamed is not None or run.attempts > 0:
+        return Recovery.RESTARTED, 0
+    return Recovery.NONE, 0
 
 
 def run_mark_first_token(*, run_id: int, attempt: int) -> None:
@@ -331,30 +418,84 @@ def run_requeue_orphan(*, run_id: int, worker: str, attempt: int | None = None) 
 
     ``worker`` (and ``attempt``) are the owner the reaper saw; if the run has moved on since (another attempt,
     even on a worker of the same name, or terminal), nothing changes and None is returned. A queued run is
-    handed on again after commit.
+    handed on again after commit, to another version of its model if its own no longer serves
+    (:func:`_requeue`); its next attempt continues from what its stream shows.
     """
     with transaction.atomic():
-        run = Run.objects.select_for_update().get(pk=run_id)
+        run = Run.objects.select_for_update(of=("self",)).select_related("deployment").get(pk=run_id)
         if run.status not in (RunStatus.STREAMING, RunStatus.CANCELLING) or run.worker != worker:
             return None
         if attempt is not None and run.attempts != attempt:
             return None
         if run.status == RunStatus.CANCELLING:
             return _end_run(run, status=RunStatus.CANCELLED)
-        run.status = RunStatus.QUEUED
-        run.worker = ""
-        run.save(update_fields=["status", "worker"])
-        transaction.on_commit(
-            lambda: log_run_event(
-                RunEvent.REQUEUED,
-                run,
-                f"run {run.pk}: worker {worker} vanished; queued again",
-                worker=worker,
-                level=logging.WARNING,
-                reason="worker_lost",
-                attempt=run.attempts,
-            ),
-            robust=True,
-        )
-        transaction.on_commit(lambda: run_enqueue(run=run))
-        return run
+        return _requeue(run, worker=worker, reason="worker_lost", why=f"worker {worker} vanished")
+
+
+def run_handoff(*, run_id: int, attempt: int, worker: str) -> Run | None:
+    """Hands a run that ``worker``'s attempt ``attempt`` was generating back to the queue: its worker drains
+    past its deadline, and another worker of the model continues the run from the text already streamed.
+
+    Locks the run row (``SELECT ... FOR UPDATE``): a cancel, the reaper or a finish may race it. Only a run
+    that this attempt still owns and that is ``streaming`` is requeued (and handed on after commit, moved to
+    another version when its own drains: :func:`_requeue`); otherwise (cancelling, superseded, ended) nothing
+    changes and None is returned, and the attempt ends the run as it would have. The caller should have
+    released the run's lease first, so that the next worker's claim finds it free.
+    """
+    with transaction.atomic():
+        run = Run.objects.select_for_update(of=("self",)).select_related("deployment").get(pk=run_id)
+        if run.status != RunStatus.STREAMING or run.attempts != attempt or run.worker != worker:
+            return None
+        return _requeue(run, worker=worker, reason="handoff", why=f"worker {worker} handed it off")
+
+
+def _requeue(run: Run, *, worker: str, reason: str, why: str) -> Run:
+    """Puts the locked ``run`` back to ``queued`` on a deployment that serves (:func:`_retarget`); logs a
+    ``requeued`` event and enqueues it after commit. Call inside the transaction that holds its row lock, with
+    ``run.deployment`` loaded."""
+    moved_from = run.deployment.key if run.deployment is not None else ""
+    moved_to = _retarget(run)
+    run.status = RunStatus.QUEUED
+    run.worker = ""
+    run.save(update_fields=["status", "worker", "deployment"] if moved_to else ["status", "worker"])
+    moved_to_key = moved_to.key if moved_to is not None else ""
+    transaction.on_commit(
+        lambda: log_run_event(
+            RunEvent.REQUEUED,
+            run,
+            f"run {run.pk}: {why}; queued again"
+            + (f", moved from {moved_from} to {moved_to_key}" if moved_to_key else ""),
+            worker=worker,
+            level=logging.WARNING,
+            reason=reason,
+            attempt=run.attempts,
+            moved_from=moved_from if moved_to_key else "",
+            moved_to=moved_to_key,
+        ),
+        robust=True,
+    )
+    transaction.on_commit(lambda: run_enqueue(run=run))
+    return run
+
+
+def _retarget(run: Run) -> Served | None:
+    """Moves ``run`` to a ready version of its model's name when its deployment no longer serves (draining,
+    retired, failed, or no worker heartbeats ready); returns the new one (None: it stays).
+
+    When no version of the name can take it (``ModelNotFound``/``ModelUnavailable``) it stays where it is and
+    waits, for a worker of its deployment to come back or a version to become ready."""
+    current = run.deployment
+    if current is None:
+        return None
+    if current.status == DeploymentStatus.READY and ready_worker_counts([current.key]).get(current.key, 0) > 0:
+        return None
+    forget_cached()  # rare, and a stale snapshot could pick the very version that stopped serving
+    try:
+        served = resolve_model(current.name)
+    except (ModelNotFound, ModelUnavailable) as exc:
+        logger.warning("run %s: %s does not serve and no version of it can take the run (%s)", run.pk, current.key, exc)
+        return None
+    if served.id == current.pk:
+        return None
+    run.deployment_id = served.id
+    return served

@@ -28,6 +28,8 @@ class WorkerLoad:
     running: int
     waiting: int
     updated_at: float
+    deployment: str = ""
+    """The ``name@version`` it serves: a run goes to its chat's previous worker only if that is the run's."""
 
 
 @dataclass(frozen=True)

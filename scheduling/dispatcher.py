@@ -22,7 +22,7 @@ from typing import Protocol
 
 import redis
 
-from scheduling.gate import EngineLoad, EngineSample, GatePolicy, aggregate, engine_load
+from scheduling.gate import EngineLoad, EngineSample, GatePolicy, aggregate, deployment_loads, engine_load
 from scheduling.policy import FairPolicy, QueuedRun, forecast_order
 from scheduling.store import Position, QueueStore
 
@@ -100,6 +100,11 @@ def engine_priority(*, tier_priority: int, in_flight: int, share: float) -> int:
     return tier_priority * ENGINE_PRIORITY_BANDS + min(ENGINE_PRIORITY_BANDS - 1, max(0, band))
 
 
+def _one_more(load: EngineLoad) -> EngineLoad:
+    """``load`` with one more run sent (in flight, and not yet in the statistics)."""
+    return replace(load, in_flight=load.in_flight + 1, dispatched_since_stats=load.dispatched_since_stats + 1)
+
+
 class DispatchObserver(Protocol):
     """What the leader reports for monitoring; the dispatcher logs and ignores its errors."""
 
@@ -146,18 +151,29 @@ class Dispatcher:
         self._last_positions_at = float("-inf")
         self._positions: dict[int, Position] = {}
         self.last_load: EngineLoad | None = None
+        self.deployment_loads: dict[str, EngineLoad] = {}
+        """Each deployment's load at the last tick (its workers and its runs in flight): a run of a deployment is
+        gated on its own workers, so a busy version never holds up another's runs."""
         self.leading = False
         """Whether the last tick held the leader lock."""
 
     # -- one tick ----------------------------------------------------------------------------------
 
     def current_load(self) -> tuple[EngineLoad, dict[int, int]]:
-        """The engines' load and the runs in flight per user."""
+        """The engines' load and the runs in flight per user (and each deployment's, in ``deployment_loads``)."""
         now = self.clock()
-        fresh, oldest = aggregate(self.stats(), now=now, stale_after_s=self.settings.stale_after_s)
+        samples = self.stats()
+        fresh, oldest = aggregate(samples, now=now, stale_after_s=self.settings.stale_after_s)
         flight = self.store.in_flight(now=now, ttl_s=self.settings.in_flight_ttl_s, since=oldest)
         load = engine_load(
             fresh, in_flight=flight.total, dispatched_since_stats=flight.recent if oldest is not None else 0
+        )
+        self.deployment_loads = deployment_loads(
+            samples,
+            now=now,
+            stale_after_s=self.settings.stale_after_s,
+            in_flight=flight.per_deployment,
+            recent=flight.recent_per_deployment,
         )
         return load, flight.per_user
 
@@ -205,15 +221,9 @@ class Dispatcher:
             self._dispatch_times.append(self.clock())
             if self.observer is not None:
                 self._observe(partial(self.observer.decided, run, waited_s=max(0.0, self.clock() - run.enqueued_at)))
-            load = EngineLoad(
-                fresh=load.fresh,
-                slots=load.slots,
-                running=load.running,
-                waiting=load.waiting,
-                tpot_s=load.tpot_s,
-                in_flight=load.in_flight + 1,
-                dispatched_since_stats=load.dispatched_since_stats + 1,
-            )
+            load = _one_more(load)
+            if run.deployment:
+                self.deployment_loads[run.deployment] = _one_more(self._load_of(run.deployment))
         self.store.save_policy(self.policy.to_dict())
         if self.observer is not None:
             gates = {tier: self.gate.admits(tier, load) for tier in self.store.tiers if tier in self.gate.gates}
@@ -242,7 +252,7 @@ class Dispatcher:
         """The gate for one decision, memoized per (tier, user above share): a decision may look at many users."""
         share = fair_slot_share(load.slots, busy, heads)
         top = next((t.name for t in self.policy.tiers if heads.get(t.name)), None)
-        cache: dict[tuple[str, bool], bool] = {}
+        cache: dict[tuple[str, bool, str], bool] = {}
         lowest: dict[str, float] = {}
         quantum: dict[str, float] = {}
         for tier, users in heads.items():
@@ -261,12 +271,19 @@ class Dispatcher:
                 tokens_ahead=ahead,
                 quantum=quantum.get(run.tier, float("inf")),
             )
-            key = (tier, busy_user)
+            key = (tier, busy_user, run.deployment)
             if key not in cache:
-                cache[key] = self.gate.admits(tier, load, user_busy=key[1])
+                own = self._load_of(run.deployment) if run.deployment else load
+                cache[key] = self.gate.admits(tier, own, user_busy=busy_user)
             return cache[key]
 
         return admits
+
+    def _load_of(self, deployment: str) -> EngineLoad:
+        """The deployment's load; one with no worker and nothing in flight has no statistics (fallback cap)."""
+        return self.deployment_loads.get(deployment) or EngineLoad(
+            fresh=False, slots=0, running=0, waiting=0, tpot_s=None, in_flight=0, dispatched_since_stats=0
+        )
 
     def dispatch_rate(self) -> float:
         now = self.clock()

@@ -58,6 +58,8 @@ class EngineSample:
     stats_at: float | None = None
     """When the engine measured ``running``/``waiting`` (None: at ``updated_at``). A heartbeat written during a
     long engine step repeats older figures; runs dispatched after this time are counted as load on top."""
+    deployment: str = ""
+    """The ``name@version`` the worker serves: a run of a deployment is gated on its workers' samples alone."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,22 @@ def aggregate(
     fresh = [s for s in samples if now - s.updated_at <= stale_after_s]
     measured = [s.stats_at if s.stats_at is not None else s.updated_at for s in fresh]
     return fresh, (min(measured) if measured else None)
+
+
+def deployment_loads(
+    samples: list[EngineSample], *, now: float, stale_after_s: float, in_flight: dict[str, int], recent: dict[str, int]
+) -> dict[str, EngineLoad]:
+    """One :class:`EngineLoad` per deployment that has workers or runs in flight: its fresh workers' figures and
+    its own runs in flight (``recent``: those sent after the oldest figures of all; a slight overcount for a
+    deployment whose own figures are newer, which only makes its gate more careful)."""
+    names = {s.deployment for s in samples} | set(in_flight)
+    loads: dict[str, EngineLoad] = {}
+    for name in names:
+        fresh, _ = aggregate([s for s in samples if s.deployment == name], now=now, stale_after_s=stale_after_s)
+        loads[name] = engine_load(
+            fresh, in_flight=in_flight.get(name, 0), dispatched_since_stats=recent.get(name, 0) if fresh else 0
+        )
+    return loads
 
 
 def engine_load(fresh: list[EngineSample], *, in_flight: int, dispatched_since_stats: int) -> EngineLoad:

@@ -16,7 +16,7 @@ import bisect
 import threading
 import time
 import uuid
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
 
@@ -44,6 +44,8 @@ class MemoryQueueStore:
         """``(dispatch time, run id)`` of the runs in flight, sorted: the benchmark's ungated runs keep thousands in
         flight and every tick reads the set, so the reclaim and the ``recent`` count are bisections, not scans."""
         self._in_flight_user: dict[int, int] = {}
+        self._in_flight_deployment: dict[int, str] = {}
+        self._per_deployment: dict[str, int] = {}
         self._per_user: dict[int, int] = {}
         """user -> runs in flight (kept with the set rather than counted on every read, for the same reason)."""
         self._positions: dict[int, Position] = {}
@@ -74,6 +76,7 @@ class MemoryQueueStore:
                 cost=int(run.cost),
                 weight=float(run.weight),
                 enqueued_at=float(enqueued_at),
+                deployment=run.deployment,
             )
             queued[run.run_id] = enqueued_at
             self._end_flight(run.run_id)
@@ -165,6 +168,8 @@ class MemoryQueueStore:
             self._dispatched_at[run.run_id] = at
             bisect.insort(self._by_time, (at, run.run_id))
             self._in_flight_user[run.run_id] = run.user_id
+            self._in_flight_deployment[run.run_id] = run.deployment
+            self._per_deployment[run.deployment] = self._per_deployment.get(run.deployment, 0) + 1
             self._per_user[run.user_id] = self._per_user.get(run.user_id, 0) + 1
             self._positions.pop(run.run_id, None)
             return True
@@ -174,8 +179,15 @@ class MemoryQueueStore:
             expired = bisect.bisect_left(self._by_time, (now - ttl_s,))
             for _, run_id in self._by_time[:expired]:
                 self._end_flight(run_id)
-            recent = len(self._by_time) - bisect.bisect_left(self._by_time, (since,)) if since is not None else 0
-            return InFlight(total=len(self._by_time), recent=recent, per_user=dict(self._per_user))
+            first_recent = bisect.bisect_left(self._by_time, (since,)) if since is not None else len(self._by_time)
+            recent_per_deployment = Counter(self._in_flight_deployment[rid] for _, rid in self._by_time[first_recent:])
+            return InFlight(
+                total=len(self._by_time),
+                recent=len(self._by_time) - first_recent,
+                per_user=dict(self._per_user),
+                per_deployment=dict(self._per_deployment),
+                recent_per_deployment=dict(recent_per_deployment),
+            )
 
     def write_positions(self, positions: dict[int, Position]) -> None:
         with self._lock:
@@ -233,6 +245,12 @@ class MemoryQueueStore:
         i = bisect.bisect_left(self._by_time, (at, run_id))
         del self._by_time[i]
         user = self._in_flight_user.pop(run_id)
+        deployment = self._in_flight_deployment.pop(run_id, "")
+        remaining = self._per_deployment.get(deployment, 1) - 1
+        if remaining > 0:
+            self._per_deployment[deployment] = remaining
+        else:
+            self._per_deployment.pop(deployment, None)
         left = self._per_user[user] - 1
         if left:
             self._per_user[user] = left

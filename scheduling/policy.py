@@ -50,6 +50,9 @@ class QueuedRun:
     engine_priority: int | None = None
     """vLLM's priority of the run (lower is served first), set by the dispatcher when it sends the run
     (:func:`scheduling.dispatcher.engine_priority`); None while queued."""
+    deployment: str = ""
+    """The ``name@version`` whose workers serve it: the dispatcher gates it on their load alone. Empty: any
+    worker's (a run queued before deployments were versioned)."""
 
 
 Heads = Mapping[str, Mapping[int, QueuedRun]]

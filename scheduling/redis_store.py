@@ -5,12 +5,13 @@ Keys (all under ``sched:``; the names and helpers are in ``scheduling.store``):
 
 * ``sched:q:{tier}:{user}``: list of the user's queued run ids in that tier, oldest first.
 * ``sched:users:{tier}``: set of users with a non-empty list in the tier (the backlog).
-* ``sched:run:{run}``: hash with the queued run's user, tier, cost, weight and enqueue time.
+* ``sched:run:{run}``: hash with the queued run's user, tier, cost, weight, enqueue time and deployment.
 * ``sched:queued:{tier}``: sorted set of the tier's queued run ids (score: enqueue time); its size is
   the tier's queue depth, which admission bounds.
 * ``sched:inflight``: sorted set of dispatched runs that have not ended (score: dispatch time); entries
   older than the in-flight TTL are reclaimed, so a lost "run ended" never blocks the fallback cap forever.
-* ``sched:inflight:users``: hash run id -> user of the runs in flight (the gate's headroom rule needs it).
+* ``sched:inflight:users``: hash run id -> ``{user}|{deployment}`` of the runs in flight (the gate's headroom rule
+  needs the user; the per-deployment gate counts each deployment's runs in flight).
 * ``sched:positions``: hash run id -> JSON ``{queue_position, estimated_wait_s}``, written by the dispatcher.
 * ``sched:policy``: the policy's counters (JSON), written by the dispatcher that holds ``sched:leader``.
 * ``sched:refunds``: hash ``{tier}:{user}`` -> counter units to give back (runs that ended using fewer tokens
@@ -56,11 +57,12 @@ from scheduling.store import (
 
 _PUSH = """
 -- KEYS: user queue, backlog set, run meta, tier queued zset, inflight zset, inflight users hash, wake list
--- ARGV: run_id, user_id, tier, cost, weight, now
+-- ARGV: run_id, user_id, tier, cost, weight, now, deployment
 if redis.call('ZSCORE', KEYS[4], ARGV[1]) then return 0 end
 redis.call('RPUSH', KEYS[1], ARGV[1])
 redis.call('SADD', KEYS[2], ARGV[2])
-redis.call('HSET', KEYS[3], 'user', ARGV[2], 'tier', ARGV[3], 'cost', ARGV[4], 'weight', ARGV[5], 'enq', ARGV[6])
+redis.call('HSET', KEYS[3], 'user', ARGV[2], 'tier', ARGV[3], 'cost', ARGV[4], 'weight', ARGV[5], 'enq', ARGV[6],
+  'dep', ARGV[7])
 redis.call('ZADD', KEYS[4], ARGV[6], ARGV[1])
 redis.call('ZREM', KEYS[5], ARGV[1])
 redis.call('HDEL', KEYS[6], ARGV[1])
@@ -78,7 +80,7 @@ def wake_dispatcher(client: redis.Redis | redis.client.Pipeline) -> None:
 
 _CLAIM = """
 -- KEYS: user queue, backlog set, run meta, tier queued zset, inflight zset, positions hash, inflight users
--- ARGV: run_id, user_id, now
+-- ARGV: run_id, user_id|deployment, now
 if redis.call('LINDEX', KEYS[1], 0) ~= ARGV[1] then return 0 end
 redis.call('LPOP', KEYS[1])
 if redis.call('LLEN', KEYS[1]) == 0 then redis.call('SREM', KEYS[2], ARGV[2]) end
@@ -164,6 +166,7 @@ class RedisQueueStore:
             run.cost,
             run.weight,
             run.enqueued_at or time.time(),
+            run.deployment,
         ]
         return bool(self._push(keys=keys, args=args))
 
@@ -251,7 +254,8 @@ class RedisQueueStore:
             POSITIONS_KEY,
             INFLIGHT_USERS_KEY,
         ]
-        return bool(self._claim(keys=keys, args=[run.run_id, run.user_id, now if now is not None else time.time()]))
+        owner = f"{run.user_id}|{run.deployment}"
+        return bool(self._claim(keys=keys, args=[run.run_id, owner, now if now is not None else time.time()]))
 
     def in_flight(self, *, now: float, ttl_s: float, since: float | None = None) -> InFlight:
         """The runs in flight (dispatched, not ended); reclaims entries older than ``ttl_s``.
@@ -260,16 +264,32 @@ class RedisQueueStore:
         """
         pipe = self.client.pipeline(transaction=False)
         pipe.zremrangebyscore(INFLIGHT_KEY, "-inf", f"({now - ttl_s}")
-        pipe.zcount(INFLIGHT_KEY, since if since is not None else "+inf", "+inf")
-        pipe.zrange(INFLIGHT_KEY, 0, -1)
+        pipe.zrange(INFLIGHT_KEY, 0, -1, withscores=True)
         pipe.hgetall(INFLIGHT_USERS_KEY)
-        _, recent, members, users = pipe.execute()
-        live = set(members)
-        stale = [rid for rid in users if rid not in live]
+        _, members, owners = pipe.execute()
+        sent_at = {str(rid): float(score) for rid, score in members}
+        stale = [rid for rid in owners if rid not in sent_at]
         if stale:
             self.client.hdel(INFLIGHT_USERS_KEY, *stale)
-        per_user = Counter(int(u) for rid, u in users.items() if rid in live)
-        return InFlight(total=len(live), recent=int(recent), per_user=dict(per_user))
+        per_user: Counter[int] = Counter()
+        per_deployment: Counter[str] = Counter()
+        recent_per_deployment: Counter[str] = Counter()
+        for rid, owner in owners.items():
+            if rid not in sent_at:
+                continue
+            user, _, deployment = str(owner).partition("|")
+            per_user[int(user)] += 1
+            per_deployment[deployment] += 1
+            if since is not None and sent_at[rid] >= since:
+                recent_per_deployment[deployment] += 1
+        recent = sum(1 for at in sent_at.values() if since is not None and at >= since)
+        return InFlight(
+            total=len(sent_at),
+            recent=recent,
+            per_user=dict(per_user),
+            per_deployment=dict(per_deployment),
+            recent_per_deployment=dict(recent_per_deployment),
+        )
 
     def write_positions(self, positions: dict[int, Position]) -> None:
         pipe = self.client.pipeline(transaction=True)
@@ -349,6 +369,7 @@ class RedisQueueStore:
                     cost=int(meta["cost"]),
                     weight=float(meta.get("weight", 1.0)),
                     enqueued_at=float(meta.get("enq", 0.0)),
+                    deployment=str(meta.get("dep", "")),
                 )
             )
         return runs

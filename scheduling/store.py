@@ -27,7 +27,7 @@ The Redis key names stay here, not in ``redis_store``: ``scheduling.token_bucket
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from scheduling.policy import MemoryQueues, QueuedRun
@@ -64,6 +64,10 @@ class InFlight:
     total: int
     recent: int
     per_user: dict[int, int]
+    per_deployment: dict[str, int] = field(default_factory=dict)
+    """Runs in flight per deployment (``""``: runs sent without one)."""
+    recent_per_deployment: dict[str, int] = field(default_factory=dict)
+    """Of ``recent``, per deployment."""
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -22,15 +23,39 @@ def clean_redis() -> Iterator[redis.Redis]:
     client.flushdb()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def default_deployment_ready(django_db_setup: None, django_db_blocker: Any) -> None:
+    """The test database's default deployment is ``ready``, committed, as ``prepare_model`` leaves it on a real
+    system (the test command runs it against the development database, not this one): a worker process a test
+    starts finds it servable."""
+    from tests.deployment_helpers import ensure_default_deployment
+
+    if not str(settings.DATABASES["default"]["NAME"]).startswith("test_"):
+        return  # no collected test uses the database: pytest-django set none up
+    with django_db_blocker.unblock():
+        ensure_default_deployment(mark_worker=False)
+
+
 @pytest.fixture(autouse=True)
-def default_tiers(request: pytest.FixtureRequest) -> None:
-    """Transactional tests flush every table, the migration-seeded tiers included: put them back."""
-    if "django_db_setup" in request.fixturenames or request.node.get_closest_marker("django_db"):
+def default_tiers(request: pytest.FixtureRequest, clean_redis: redis.Redis) -> None:
+    """Transactional tests flush every table, the migration-seeded tiers and deployment included: put them back.
+
+    The default deployment is left ``ready`` (what ``prepare_model``, run before the suite, makes of it), and one
+    worker of it is listed ready in Redis (``deployment:{key}:ready``, the marker a worker's heartbeat writes), so
+    a prompt is accepted as on a running system; a test of the 503 without a worker removes it
+    (:func:`tests.deployment_helpers.no_ready_worker`)."""
+    from deployments.registry import forget_cached
+
+    forget_cached()
+    db_fixtures = ("db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback")
+    if request.node.get_closest_marker("django_db") or any(f in request.fixturenames for f in db_fixtures):
         from accounts.models import Tier
         from accounts.tier_defaults import seed_default_tiers
+        from tests.deployment_helpers import ensure_default_deployment
 
         request.getfixturevalue("django_db_blocker")
         seed_default_tiers(Tier)
+        ensure_default_deployment()
 
 
 @pytest.fixture

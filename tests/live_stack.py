@@ -88,6 +88,9 @@ def _stack_env(engine_env: dict[str, str]) -> dict[str, str]:
             # keeps a worker of its own on the same broker database.
             "CELERY_BROKER_KEY_PREFIX": f"{LABEL}-{os.getpid()}:",
             "PYTHONUNBUFFERED": "1",
+            # Tests register versions and expect the web to route to them at once (production: 2 s and 1 s).
+            "DEPLOYMENT_CACHE_S": "0.2",
+            "DEPLOYMENT_WORKERS_CACHE_S": "0.2",
         }
     )
     return env
@@ -163,9 +166,11 @@ def run_live_stack(
     LABEL = f"stack{next(_stack_numbers)}"
     from accounts.models import Tier
     from accounts.tier_defaults import seed_default_tiers
+    from tests.deployment_helpers import ensure_default_deployment
 
     with django_db_blocker.unblock():  # type: ignore[attr-defined]
         seed_default_tiers(Tier)  # earlier transactional tests flush every table; the dispatcher reads tiers at start
+        ensure_default_deployment(mark_worker=False)  # the worker serves it only once it is ready
     env = _stack_env(engine_env)
     port = _free_port()
     processes: dict[str, subprocess.Popen[bytes]] = {}

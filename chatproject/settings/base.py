@@ -11,6 +11,7 @@ from core.config import (
     BASE_DIR,
     chat_limits_from_env,
     context_config_from_env,
+    deployment_config_from_env,
     engine_config_from_env,
     env,
     scheduler_config_from_env,
@@ -159,6 +160,7 @@ SPECTACULAR_SETTINGS = {
 }
 
 ENGINE = engine_config_from_env()
+DEPLOYMENTS = deployment_config_from_env()
 STREAMS = stream_config_from_env()
 CHAT_LIMITS = chat_limits_from_env()
 WORKERS = worker_config_from_env()

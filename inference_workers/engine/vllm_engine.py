@@ -141,7 +141,7 @@ class VllmEngine:
 
         cfg = self.config
         budget = step_token_budget(cfg)
-        args = AsyncEngineArgs(
+        ours: dict[str, Any] = dict(
             model=cfg.model_path,
             served_model_name=cfg.served_model_name,
             dtype=cfg.dtype,  # type: ignore[arg-type]
@@ -157,7 +157,12 @@ class VllmEngine:
             structured_outputs_config=StructuredOutputsConfig(backend=cfg.structured_outputs_backend),  # type: ignore[arg-type]
             max_num_batched_tokens=budget,  # None: vLLM's default
         )
-        logger.info("building vLLM engine: %s", json.dumps({"model": cfg.model_path, "dtype": cfg.dtype}))
+        # The deployment's own engine arguments go to vLLM as they are (tensor_parallel_size, quantization...).
+        args = AsyncEngineArgs(**{**ours, **cfg.engine_args})
+        logger.info(
+            "building vLLM engine: %s",
+            json.dumps({"model": cfg.model_path, "dtype": args.dtype, "engine_args": cfg.engine_args}, default=str),
+        )
         self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[_make_stat_logger(self._sink)])
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationDelta]:

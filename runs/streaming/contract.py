@@ -9,6 +9,10 @@ A ``delta`` is ``{"text": str, "tokens": int}``, with ``"prompt_tokens"`` (the p
 counted it) on an attempt's first delta, plus ``"logprobs"`` when the run asked for them
 (``SamplingSpec.logprobs``): one entry per generated token, in OpenAI's shape,
 ``{"token": str, "logprob": float, "bytes": [int], "top_logprobs": [{"token", "logprob", "bytes"}]}``.
+
+A ``reset`` empties the text shown so far (an attempt that starts the answer over). An attempt that instead goes
+on from the text so far (its worker died or drained mid-answer) writes no ``reset``: its ``status`` event carries
+``"continued_from_tokens"`` and its deltas follow the earlier ones (:func:`streamed_answer` reads that text).
 """
 
 from __future__ import annotations
@@ -74,6 +78,46 @@ def read_after(run_id: int, after_seq: int, *, client: redis.Redis | None = None
         stream_key(run_id), min=f"(0-{after_seq}" if after_seq else "-", max="+"
     )
     return [parse_entry(entry_id, fields) for entry_id, fields in raw]
+
+
+@dataclass(frozen=True)
+class StreamedAnswer:
+    """What a run's stream shows of its answer: the deltas since its last ``reset``, what a client following it
+    displays (the text of every earlier attempt that went on from the one before, without one)."""
+
+    text: str
+    tokens: int
+    logprobs: list[dict[str, Any]]
+    """Every delta's ``logprobs`` entries, in order (empty when the run asked for none)."""
+    prompt_tokens: int | None
+    """The prompt's length as the engine counted it for the attempt that began this text (its first delta's
+    ``prompt_tokens``); None when no delta carried it (a text resent whole after Redis lost entries)."""
+    intact: bool
+    """False when the stream no longer holds the start of this text (trimmed to its ``maxlen``): what a client
+    shows cannot be known from it, and ``text`` is only its tail."""
+
+
+def streamed_answer(run_id: int, *, client: redis.Redis | None = None) -> StreamedAnswer:
+    """The answer the run's stream shows now (one round trip); an empty answer when the stream holds none."""
+    entries = read_after(run_id, 0, client=client)
+    resets = [i for i, entry in enumerate(entries) if entry.event == StreamEvent.RESET]
+    start = resets[-1] + 1 if resets else 0
+    intact = bool(resets) or not entries or entries[0].seq == 1
+    text: list[str] = []
+    tokens = 0
+    logprobs: list[dict[str, Any]] = []
+    prompt_tokens: int | None = None
+    for entry in entries[start:]:
+        if entry.event != StreamEvent.DELTA:
+            continue
+        if prompt_tokens is None and "prompt_tokens" in entry.data:
+            prompt_tokens = int(entry.data["prompt_tokens"])
+        text.append(str(entry.data.get("text", "")))
+        tokens += int(entry.data.get("tokens", 0))
+        logprobs.extend(entry.data.get("logprobs", []))
+    return StreamedAnswer(
+        text="".join(text), tokens=tokens, logprobs=logprobs, prompt_tokens=prompt_tokens, intact=intact
+    )
 
 
 def last_seq(run_id: int, *, client: redis.Redis | None = None) -> int:

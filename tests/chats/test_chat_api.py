@@ -21,7 +21,7 @@ def test_create_chat_belongs_to_the_authenticated_user(api: APIClient, user: Use
     # The user always comes from authentication: an owner in the body is an unknown field, refused.
     refused = api.post("/api/chats", {"title": "Trip plans", "owner": other_user.pk}, format="json")
     assert refused.status_code == 400
-    assert refused.json()["error"]["fields"] == {"owner": ["is not a field of this request; it accepts title."]}
+    assert refused.json()["error"]["fields"] == {"owner": ["is not a field of this request; it accepts title, model."]}
     assert not Chat.objects.exists()
 
     resp = api.post("/api/chats", {"title": "Trip plans"}, format="json")
@@ -63,7 +63,7 @@ def test_get_patch_delete_own_chat(api: APIClient, user: User) -> None:
         ({"title": "x" * 200 + " "}, "title: is 201 characters long"),  # trimming would hide the excess
         ({"title": None}, "null"),
         ({"title": "a\x00b"}, "title: contains a NUL character"),
-        ({"name": "x"}, "name: is not a field of this request; it accepts title."),
+        ({"name": "x"}, "name: is not a field of this request; it accepts title, model."),
     ],
 )
 def test_patch_chat_validation(api: APIClient, user: User, body: dict[str, object], fragment: str) -> None:

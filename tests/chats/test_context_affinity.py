@@ -16,6 +16,7 @@ from pytest_django.fixtures import Settings
 
 from core.worker_contract import GENERATE_TASK, WorkerHeartbeat, write_heartbeat
 from inference_workers.affinity import consume_own_queue
+from inference_workers.deployment import worker_deployment
 from runs.routing import send_to_worker
 from scheduling.affinity import WorkerLoad, choose_route, worker_queue
 from tests.factories import ChatFactory, RunFactory
@@ -102,10 +103,13 @@ def test_send_to_worker_pins_a_run_to_its_chats_previous_worker(clean_redis: red
     assert GENERATE_TASK.startswith("inference_workers")
 
 
+@pytest.mark.django_db
 def test_a_gpu_worker_consumes_its_own_queue_and_other_workers_do_not() -> None:
+    worker_deployment.cache_clear()
     gpu = Celery("gpu", set_as_current=False)
     gpu.amqp.queues.select(settings.CELERY_TASK_QUEUES_ORDER)
     consume_own_queue(sender="gpu-a@host", instance=SimpleNamespace(app=gpu))
+    worker_deployment.cache_clear()
     assert worker_queue("gpu-a@host") in gpu.amqp.queues.consume_from
     assert set(settings.CELERY_TASK_QUEUES_ORDER) <= set(gpu.amqp.queues.consume_from)
 

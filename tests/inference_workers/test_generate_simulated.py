@@ -1,4 +1,6 @@
-"""The worker's generate path on the simulated engine: streaming, finishing, cancel, redelivery, failures."""
+"""The worker's generate path on the simulated engine: streaming, finishing, cancel, redelivery, failures.
+
+Continuation after a dead or draining worker in depth: ``test_continuation.py``."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from inference_workers.engine.base import GenerationRequest
 from inference_workers.engine.simulated import SimulatedEngine
 from inference_workers.runtime import WorkerRuntime
 from inference_workers.services import DeltaCoalescer, generate_run
-from runs.models import FinishReason, Run, RunStatus
+from runs.models import FinishReason, Recovery, Run, RunStatus
 from runs.services import run_cancel
 from runs.streaming.contract import RunStreamWriter, StreamEvent
 from tests.factories import RunFactory
@@ -36,6 +38,7 @@ def test_run_streams_deltas_and_ends_done_with_one_assistant_message(sim_runtime
     assert run.attempts == 1 and run.worker == "sim@test"
     assert run.started_at and run.first_token_at and run.finished_at
     assert run.output_tokens == 12 and run.input_tokens > 0
+    assert (run.recovery, run.resumed_tokens) == (Recovery.NONE, 0)  # a first attempt recovers from nothing
     assert run.assistant_message is not None
     assert run.assistant_message.role == MessageRole.ASSISTANT
     entries = stream_of(run)
@@ -71,9 +74,36 @@ def test_duplicate_delivery_of_a_finished_run_changes_nothing(sim_runtime: Worke
     assert Run.objects.get(pk=run.pk).attempts == 1
 
 
-def test_redelivered_run_restarts_with_reset_and_no_duplicate_message(sim_runtime: WorkerRuntime) -> None:
+def test_redelivered_run_continues_from_its_streamed_text_with_no_duplicate_message(sim_runtime: WorkerRuntime) -> None:
     # The first attempt's worker died mid-stream: the run is streaming and its stream holds partial deltas.
     run = RunFactory.create(status=RunStatus.STREAMING, attempts=1, worker="dead@host")
+    writer = RunStreamWriter(run.pk)
+    writer.append(StreamEvent.STATUS, {"status": "streaming", "attempt": 1})
+    writer.append(StreamEvent.DELTA, {"text": "half an ans", "tokens": 3, "prompt_tokens": 30})
+
+    assert generate_run(run_id=run.pk, runtime=sim_runtime) == RunStatus.DONE
+
+    run.refresh_from_db()
+    assert run.attempts == 2 and run.worker == "sim@test"
+    assert (run.recovery, run.resumed_tokens) == (Recovery.CONTINUED, 3)
+    entries = stream_of(run)
+    assert [e.event for e in entries[:3]] == [StreamEvent.STATUS, StreamEvent.DELTA, StreamEvent.STATUS]
+    assert entries[2].data == {"status": "streaming", "attempt": 2, "worker": "sim@test", "continued_from_tokens": 3}
+    assert StreamEvent.RESET not in [e.event for e in entries]
+    assert [e.seq for e in entries] == list(range(1, len(entries) + 1))
+    assert Message.objects.filter(chat=run.chat, role=MessageRole.ASSISTANT).count() == 1
+    assert run.assistant_message is not None
+    assert run.assistant_message.content == text_after_last_reset(entries)
+    assert run.assistant_message.content.startswith("half an ans")
+    assert (run.input_tokens, run.output_tokens) == (30, 3 + 12)
+
+
+def test_redelivered_run_that_cannot_continue_restarts_with_reset_and_no_duplicate_message(
+    sim_runtime: WorkerRuntime,
+) -> None:
+    # A constrained run cannot go on from text its logits processor never saw: it starts over.
+    constraint = {"constraint": {"name": "allowed_tokens", "args": {"token_ids": [1, 2]}}}
+    run = RunFactory.create(status=RunStatus.STREAMING, attempts=1, worker="dead@host", sampling=constraint)
     writer = RunStreamWriter(run.pk)
     writer.append(StreamEvent.STATUS, {"status": "streaming", "attempt": 1})
     writer.append(StreamEvent.DELTA, {"text": "half an ans", "tokens": 3})
@@ -82,6 +112,7 @@ def test_redelivered_run_restarts_with_reset_and_no_duplicate_message(sim_runtim
 
     run.refresh_from_db()
     assert run.attempts == 2 and run.worker == "sim@test"
+    assert (run.recovery, run.resumed_tokens) == (Recovery.RESTARTED, 0)
     entries = stream_of(run)
     assert [e.event for e in entries[:4]] == [
         StreamEvent.STATUS,

@@ -2,8 +2,9 @@
 
 The broker redelivers a message that was never acknowledged once ``CELERY_VISIBILITY_TIMEOUT_S`` has passed: a
 worker killed mid-run leaves its message behind. Here the run is finished by another attempt meanwhile (what
-the reaper's requeue leads to), and then the old message comes back to a fresh worker. That delivery must be a
-no-op: no second assistant message, no state change, no stream event after the terminal one, the same counters.
+the reaper's requeue leads to: it continues from the tokens the killed worker had streamed), and then the old
+message comes back to a fresh worker. That delivery must be a no-op: no second assistant message, no state
+change, no stream event after the terminal one, the same counters.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from core.redis_client import get_redis
 from core.worker_contract import GENERATE_TASK, run_lease_holder
 from inference_workers.services import generate_run
 from runs.counters import METRICS_KEY
-from runs.models import Run, RunStatus
+from runs.models import Recovery, Run, RunStatus
 from runs.routing import send_to_worker
 from runs.streaming.contract import StreamEvent
 from tests.factories import ChatFactory, MessageFactory, RunFactory, UserFactory
@@ -143,6 +144,10 @@ def test_a_message_redelivered_after_its_run_ended_is_a_no_op(workers: list[Work
         assert generate_run(run_id=run.pk, runtime=runtime) == RunStatus.DONE
     run = wait_terminal(run, timeout=30)
     assert run.status == RunStatus.DONE and run.attempts == 2
+    # It went on from what the killed worker had streamed, with no reset (test_continuation.py in depth).
+    assert run.recovery == Recovery.CONTINUED and run.resumed_tokens > 0
+    assert run.output_tokens == run.resumed_tokens + 12
+    assert StreamEvent.RESET not in [e.event for e in stream_of(run)]
     before = _snapshot(run)
     assert len(before["assistant_messages"]) == 1
     assert before["stream"][-1][1] == StreamEvent.DONE

@@ -39,7 +39,7 @@ def run_of(completion_id: str) -> Run:
 
 def test_models_lists_the_served_model(live_stack: LiveStack) -> None:
     models = client_for(live_stack, UserFactory.create()).models.list()
-    assert [m.id for m in models.data] == [MODEL]
+    assert [m.id for m in models.data] == [MODEL, f"{MODEL}@v1"]  # the name, then each pinnable version
 
 
 def test_completion_is_the_stored_answer_and_keeps_the_conversation(live_stack: LiveStack) -> None:

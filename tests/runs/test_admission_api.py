@@ -144,10 +144,13 @@ def test_queue_position_on_get_and_as_status_events(api: APIClient, user: User, 
 
 def test_dispatcher_sends_queued_runs_to_their_tier_queue(api: APIClient, user: User, monkeypatch) -> None:
     sent: list[tuple[int, str, int | None]] = []
-    monkeypatch.setattr(
-        "runs.dispatcher_wiring.send_to_worker",
-        lambda *, run_id, queue, engine_priority: sent.append((run_id, queue, engine_priority)),
-    )
+    deployments: list[str] = []
+
+    def send(*, run_id: int, queue: str, engine_priority: int | None, deployment: str) -> None:
+        sent.append((run_id, queue, engine_priority))
+        deployments.append(deployment)
+
+    monkeypatch.setattr("runs.dispatcher_wiring.send_to_worker", send)
     first, second = (post(api, user)[1]["run"]["id"] for _ in range(2))
     dispatcher = build_dispatcher()
     dispatcher.stats = lambda: []  # no worker: the fallback cap (8 in flight) lets both go
@@ -155,6 +158,7 @@ def test_dispatcher_sends_queued_runs_to_their_tier_queue(api: APIClient, user: 
     # vLLM's priority: the free tier's (2) x 10, then the user's band: no worker reports slots, so a user's
     # share is one run; nothing in flight is band 0, one run in flight already band 1.
     assert sent == [(first, "free", 20), (second, "free", 21)]
+    assert deployments == [Run.objects.get(pk=first).deployment.key] * 2  # each goes to its deployment's queues
     assert Run.objects.get(pk=first).status == RunStatus.QUEUED  # the worker marks it streaming
 
 

@@ -7,12 +7,16 @@ they are counted too. The tests are transactional, so the counts are those of a 
 transaction around the request, the work after commit runs at once and is counted).
 
 Counted per request with the API token: the token with its user, tier and limit override (one query, then
-kept ``API_TOKEN_CACHE_S`` seconds by ``accounts.authentication``), and the one statement that checks the chat
-and writes the prompt (``runs.prompt_insert``). A refusal (429) needs neither the chat nor a write.
+kept ``API_TOKEN_CACHE_S`` seconds by ``accounts.authentication``), the chat's ``model`` when the prompt names
+none (one indexed read: the deployment, whose tokenizer counts the prompt, must be known before admission), and
+the one statement that checks the chat and writes the prompt (``runs.prompt_insert``). A refusal (429) writes
+nothing. The deployments and their ready workers are a per-process snapshot (``deployments.registry``), warm here
+as in a serving process.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from typing import Any
@@ -53,18 +57,19 @@ def post(client: APIClient, chat_id: int, **body: Any) -> Any:
 def warm(settings: Any) -> None:
     """The tokenizer is loaded by the first prompt of the process: load it before counting, within the cache."""
     settings.API_TOKEN_CACHE_S = 600.0
+    settings.DEPLOYMENTS = dataclasses.replace(settings.DEPLOYMENTS, cache_s=600.0, workers_cache_s=600.0)
     warm_user = UserFactory.create()
     assert post(token_client(warm_user), ChatFactory.create(owner=warm_user).pk).status_code == 202
 
 
 @pytest.mark.usefixtures("warm")
-def test_an_accepted_prompt_is_two_round_trips(user: User, django_assert_num_queries: DjangoAssertNumQueries) -> None:
+def test_an_accepted_prompt_is_three_round_trips(user: User, django_assert_num_queries: DjangoAssertNumQueries) -> None:
     UserLimitOverride.objects.create(user=user, max_concurrent_runs=3)  # read in the same query as the token
     client = token_client(user)
     chat = ChatFactory.create(owner=user, title="")
     queued = get_scheduler_store().queue_depth(user.tier.name)
 
-    with django_assert_num_queries(2) as queries:  # the token (user, tier, override); the prompt's statement
+    with django_assert_num_queries(3) as queries:  # the token (user, tier, override); the chat's model; the prompt
         resp = post(client, chat.pk)
 
     assert resp.status_code == 202, resp.json()
@@ -79,22 +84,27 @@ def test_an_accepted_prompt_is_two_round_trips(user: User, django_assert_num_que
 
 
 @pytest.mark.usefixtures("warm")
-def test_the_next_prompt_within_the_token_cache_is_one_round_trip(
+def test_the_next_prompt_within_the_token_cache_is_two_round_trips(
     user: User, django_assert_num_queries: DjangoAssertNumQueries
 ) -> None:
+    UserLimitOverride.objects.create(user=user, max_concurrent_runs=3)
     client = token_client(user)
-    first, second = ChatFactory.create(owner=user), ChatFactory.create(owner=user)
+    first, second, third = (ChatFactory.create(owner=user) for _ in range(3))
     assert post(client, first.pk).status_code == 202
 
-    with django_assert_num_queries(1):
+    with django_assert_num_queries(2):  # the chat's model; the prompt
         resp = post(client, second.pk)
+    with django_assert_num_queries(1):  # a prompt that names its model: the prompt's statement alone
+        named = post(client, third.pk, model="SmolLM2-135M-Instruct")
 
-    assert resp.status_code == 202
+    assert resp.status_code == 202 and named.status_code == 202
     assert Message.objects.filter(chat=second).count() == 1
+    third.refresh_from_db()
+    assert third.model == "SmolLM2-135M-Instruct"  # the chat keeps the model its prompt named
 
 
 @pytest.mark.usefixtures("warm")
-def test_a_429_does_no_database_work_within_the_token_cache(
+def test_a_429_reads_only_the_chats_model_within_the_token_cache(
     user: User, django_assert_num_queries: DjangoAssertNumQueries
 ) -> None:
     UserLimitOverride.objects.create(user=user, max_concurrent_runs=1)
@@ -102,16 +112,19 @@ def test_a_429_does_no_database_work_within_the_token_cache(
     first, second = ChatFactory.create(owner=user), ChatFactory.create(owner=user, title="")
     assert post(client, first.pk).status_code == 202
 
-    with django_assert_num_queries(0):
+    with django_assert_num_queries(1):  # the chat's model
         resp = post(client, second.pk)
+    with django_assert_num_queries(0):  # a prompt that names its model is refused with no database work
+        named = post(client, second.pk, model="SmolLM2-135M-Instruct")
 
     assert resp.status_code == 429 and resp.json()["error"]["code"] == "limit_concurrency"
+    assert named.status_code == 429
     second.refresh_from_db()
     assert second.title == "" and not Message.objects.filter(chat=second).exists()
 
 
 @pytest.mark.usefixtures("warm")
-def test_a_429_with_a_token_not_yet_cached_is_the_token_read_alone(
+def test_a_429_with_a_token_not_yet_cached_is_the_token_and_the_model_read(
     user: User, django_assert_num_queries: DjangoAssertNumQueries
 ) -> None:
     UserLimitOverride.objects.create(user=user, bucket_capacity_tokens=300, bucket_refill_per_s=0.01)
@@ -120,7 +133,7 @@ def test_a_429_with_a_token_not_yet_cached_is_the_token_read_alone(
     limits = bucket_limits(user_limits(user=user))
     get_admission().admit(user_id=user.pk, tier=user.tier.name, cost=250, limits=limits)  # 50 tokens left
 
-    with django_assert_num_queries(1):
+    with django_assert_num_queries(2):  # the token; the chat's model
         resp = post(client, chat.pk, max_tokens=100)
 
     assert resp.status_code == 429 and resp.json()["error"]["code"] == "limit_tokens"
@@ -128,7 +141,7 @@ def test_a_429_with_a_token_not_yet_cached_is_the_token_read_alone(
 
 
 @pytest.mark.usefixtures("warm")
-def test_another_users_chat_is_404_in_two_round_trips_and_its_reservation_is_released(
+def test_another_users_chat_is_404_in_three_round_trips_and_its_reservation_is_released(
     user: User, other_user: User, django_assert_num_queries: DjangoAssertNumQueries
 ) -> None:
     client = token_client(user)
@@ -136,7 +149,7 @@ def test_another_users_chat_is_404_in_two_round_trips_and_its_reservation_is_rel
     limits = bucket_limits(user_limits(user=user))
     full = get_admission().bucket_tokens(user_id=user.pk, limits=limits)
 
-    with django_assert_num_queries(2):
+    with django_assert_num_queries(3):  # the token; the chat's model (none: theirs); the prompt's statement (404)
         resp = post(client, theirs.pk)
     missing = post(client, 10**12)
 
@@ -149,7 +162,7 @@ def test_another_users_chat_is_404_in_two_round_trips_and_its_reservation_is_rel
 
 
 @pytest.mark.usefixtures("warm")
-def test_a_chat_with_an_active_run_is_409_in_two_round_trips_and_nothing_written(
+def test_a_chat_with_an_active_run_is_409_in_three_round_trips_and_nothing_written(
     user: User, django_assert_num_queries: DjangoAssertNumQueries
 ) -> None:
     client = token_client(user)
@@ -158,7 +171,7 @@ def test_a_chat_with_an_active_run_is_409_in_two_round_trips_and_nothing_written
     before = Chat.objects.values_list("updated_at", "title").get(pk=chat.pk)
     messages = Message.objects.count()
 
-    with django_assert_num_queries(2):
+    with django_assert_num_queries(3):  # the token; the chat's model; the prompt's statement (409)
         resp = post(client, chat.pk)
 
     assert resp.status_code == 409 and resp.json()["error"]["code"] == "run_in_progress"

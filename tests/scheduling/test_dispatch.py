@@ -90,7 +90,7 @@ def test_push_claim_remove(store: QueueStore) -> None:
     }
     assert not store.claim(q(2, 10))  # not the head
     assert store.claim(q(1, 10)) and not store.claim(q(1, 10))
-    assert store.in_flight(now=2e9, ttl_s=1e10) == InFlight(total=1, recent=0, per_user={10: 1})
+    assert store.in_flight(now=2e9, ttl_s=1e10) == InFlight(total=1, recent=0, per_user={10: 1}, per_deployment={"": 1})
     assert store.remove(2) == 1  # a queued run leaves the queue at once
     assert store.heads() == {"pro": {11: q(3, 11, tier="pro")}}
     assert store.queue_depth("free") == 0
@@ -108,7 +108,7 @@ def test_dispatch_follows_the_policy_and_marks_runs_in_flight(store: QueueStore)
     assert [r.user_id for r in sent[:3]] == [1, 2, 1]
     # Runs dispatched after the heartbeat count as load: 5 in flight < 32 slots, so all went.
     assert len(sent) == 5 and store.in_flight(now=clock.now, ttl_s=3600, since=clock.now) == InFlight(
-        5, 5, {1: 4, 2: 1}
+        5, 5, {1: 4, 2: 1}, per_deployment={"": 5}, recent_per_deployment={"": 5}
     )
 
 

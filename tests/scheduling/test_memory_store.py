@@ -114,11 +114,15 @@ def test_in_flight_counts_per_user_and_since_a_time(store: QueueStore) -> None:
     assert store.claim(q(2, 11), now=105.0)
     assert store.claim(q(3, 11), now=110.0)
     assert store.claim(q(4, 10, tier="pro"), now=110.0)
-    assert store.in_flight(now=110.0, ttl_s=60) == InFlight(total=4, recent=0, per_user={10: 2, 11: 2})
+    assert store.in_flight(now=110.0, ttl_s=60) == InFlight(
+        total=4, recent=0, per_user={10: 2, 11: 2}, per_deployment={"": 4}
+    )
     assert store.in_flight(now=110.0, ttl_s=60, since=105.0).recent == 3  # at or after ``since``
     assert store.in_flight(now=110.0, ttl_s=60, since=110.5).recent == 0
     store.remove(3)
-    assert store.in_flight(now=110.0, ttl_s=60, since=105.0) == InFlight(total=3, recent=2, per_user={10: 2, 11: 1})
+    assert store.in_flight(now=110.0, ttl_s=60, since=105.0) == InFlight(
+        total=3, recent=2, per_user={10: 2, 11: 1}, per_deployment={"": 3}, recent_per_deployment={"": 2}
+    )
 
 
 def test_runs_in_flight_longer_than_the_ttl_are_reclaimed(store: QueueStore) -> None:
@@ -127,10 +131,12 @@ def test_runs_in_flight_longer_than_the_ttl_are_reclaimed(store: QueueStore) -> 
     assert store.claim(q(1, 11), now=100.0)
     assert store.claim(q(2, 12), now=150.0)
     assert store.claim(q(3, 13), now=200.0)
-    assert store.in_flight(now=250.0, ttl_s=100) == InFlight(total=2, recent=0, per_user={12: 1, 13: 1})  # 150 stays
+    assert store.in_flight(now=250.0, ttl_s=100) == InFlight(
+        total=2, recent=0, per_user={12: 1, 13: 1}, per_deployment={"": 2}
+    )  # 150 stays
     assert store.remove(1) == 0  # reclaimed: its late "run ended" finds nothing
     assert not store.is_queued_or_in_flight(1, "free")
-    assert store.in_flight(now=250.0, ttl_s=100) == InFlight(total=2, recent=0, per_user={12: 1, 13: 1})
+    assert store.in_flight(now=250.0, ttl_s=100).per_user == {12: 1, 13: 1}
     assert store.in_flight(now=1000.0, ttl_s=100) == InFlight(total=0, recent=0, per_user={})
 
 

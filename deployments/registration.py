@@ -1,0 +1,476 @@
+"""Registering a deployment: validate it, materialize its weights on local disk, verify them, checksum them.
+
+``register_deployment`` refuses bad input (:class:`RegistrationError`, a 400 that says what to fix) before it writes
+anything. It then writes the row (``registered``) and :func:`materialize_deployment` copies the weights into the
+model cache (``ENGINE.model_cache_dir / "name@version"``, written into a staging sibling and renamed into place, so
+a worker never sees half a copy), verifies the copy (config, tokenizer, chat template, weights that open) and
+records its SHA-256. A deployment only becomes ``ready`` (selectable) through that verification; any failure leaves
+it ``failed`` with the reason, removes the partial copy and touches no other deployment.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import hashlib
+import json
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.db.utils import OperationalError, ProgrammingError
+from django.utils import timezone
+
+from core.errors import DomainError
+from deployments.materialize import READY_MARKER, ModelPreparationError, is_prepared, prepare_default_model
+from deployments.models import DeploymentStatus, ModelDeployment, SourceKind, deployment_key, name_validator
+from deployments.registry import forget_cached
+
+logger = logging.getLogger(__name__)
+
+RESERVED_ENGINE_ARGS = frozenset({"model", "served_model_name", "tokenizer"})
+"""Set by the worker from the deployment itself (its local copy and its name), never by ``engine_args``."""
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+MATERIALIZABLE = (DeploymentStatus.REGISTERED, DeploymentStatus.FAILED)
+_CHUNK = 1 << 20
+
+
+class RegistrationError(DomainError):
+    """The deployment cannot be registered or verified; the message says what to fix."""
+
+    code = "registration_failed"
+
+
+# --- validation (before anything is written) -------------------------------------------------------------------
+
+
+def validate_registration(
+    *, name: str, version: str, source_kind: str, source_path: str, engine_args: Any, traffic_weight: int
+) -> tuple[str, dict[str, Any]]:
+    """The source path (absolute) and engine arguments to store; :class:`RegistrationError` when anything is off."""
+    _validate_name("name", name)
+    _validate_name("version", version)
+    if source_kind not in SourceKind.values:
+        raise RegistrationError(f"source_kind '{source_kind}' is not one of: {', '.join(SourceKind.values)}.")
+    if isinstance(traffic_weight, bool) or not isinstance(traffic_weight, int) or not 0 <= traffic_weight <= 100:
+        raise RegistrationError(f"traffic_weight must be a whole number from 0 to 100, not {traffic_weight!r}.")
+    source = validate_source(source_kind, source_path)
+    args = validate_engine_args(engine_args)
+    existing = ModelDeployment.objects.filter(name=name, version=version).first()
+    if existing is not None:
+        raise RegistrationError(_already_registered(existing))
+    return source, args
+
+
+def _validate_name(field: str, value: str) -> None:
+    try:
+        name_validator(value)
+    except ValidationError as exc:
+        raise RegistrationError(f"{field} '{value[:200]}' is not valid: {' '.join(exc.messages)}") from exc
+
+
+def validate_source(source_kind: str, source_path: str) -> str:
+    """The source folder as stored (absolute; empty for packaged); refused when it is not an existing folder."""
+    if source_kind == SourceKind.PACKAGED:
+        if source_path:
+            raise RegistrationError("A packaged deployment takes no source path: leave it empty, or use hf_folder.")
+        return ""
+    if not source_path:
+        raise RegistrationError(f"A {source_kind} deployment needs source_path: the folder that holds config.json.")
+    folder = Path(source_path).expanduser().resolve()
+    if not folder.is_dir():
+        raise RegistrationError(
+            f"The source folder {folder} does not exist (or is not a folder): give a Hugging Face model folder "
+            "(config.json, tokenizer files, *.safetensors)."
+        )
+    return str(folder)
+
+
+def _already_registered(row: ModelDeployment) -> str:
+    reason = f": {row.status_reason}" if row.status_reason else ""
+    return (
+        f"{row.key} is already registered (status {row.status}{reason}). Register another version, or fix its "
+        "source and run the admin action 'Materialize and verify' on it."
+    )
+
+
+def validate_engine_args(engine_args: Any) -> dict[str, Any]:
+    """``engine_args`` as stored: a JSON object whose keys are vLLM ``AsyncEngineArgs`` fields (not the reserved)."""
+    if engine_args is None:
+        return {}
+    if not isinstance(engine_args, dict):
+        raise RegistrationError(
+            'engine_args must be a JSON object of vLLM engine arguments, e.g. {"max_model_len": 2048}.'
+        )
+    if not engine_args:
+        return {}
+    keys = [str(key) for key in engine_args]
+    reserved = sorted(set(keys) & RESERVED_ENGINE_ARGS)
+    if reserved:
+        raise RegistrationError(
+            f"engine_args may not set {', '.join(reserved)}: the worker sets them from the deployment "
+            "(its local copy and its name)."
+        )
+    try:
+        json.dumps(engine_args)
+    except (TypeError, ValueError) as exc:
+        raise RegistrationError(
+            f"engine_args must hold JSON values only (numbers, strings, lists, objects): {exc}."
+        ) from exc
+    known = engine_arg_names()
+    unknown = [key for key in keys if key not in known]
+    if unknown:
+        hints = [
+            f"{key} (did you mean {', '.join(close)}?)" if (close := _close(key, known)) else key for key in unknown
+        ]
+        raise RegistrationError(
+            f"Unknown vLLM engine argument(s): {'; '.join(hints)}. Use the field names of vLLM's AsyncEngineArgs, "
+            "e.g. max_model_len, dtype, max_num_seqs, tensor_parallel_size, quantization."
+        )
+    return dict(engine_args)
+
+
+def _close(key: str, known: frozenset[str]) -> list[str]:
+    return difflib.get_close_matches(key, sorted(known), n=2)
+
+
+@functools.cache
+def engine_arg_names() -> frozenset[str]:
+    """The fields of vLLM's ``AsyncEngineArgs`` (imported on use: vLLM takes seconds to import, and only
+    registrations that pass ``engine_args`` need it)."""
+    import dataclasses
+
+    try:
+        from vllm.engine.arg_utils import AsyncEngineArgs
+    except ImportError as exc:
+        raise RegistrationError(
+            f"vLLM cannot be imported here ({exc}), so engine_args cannot be checked: register from a host with "
+            "vLLM installed, or without engine_args."
+        ) from exc
+    return frozenset(field.name for field in dataclasses.fields(AsyncEngineArgs))
+
+
+# --- registration and materialization ----------------------------------------------------------------------------
+
+
+def register_deployment(
+    *,
+    name: str,
+    version: str,
+    source_kind: str,
+    source_path: str = "",
+    engine_args: dict[str, Any] | None = None,
+    traffic_weight: int = 0,
+    make_default: bool = False,
+) -> ModelDeployment:
+    """Validates, writes the row (``registered``), materializes and verifies it; ``ready`` on return.
+
+    Raises :class:`RegistrationError`: before writing anything for bad input; after marking the row ``failed``
+    (with the reason) when its weights do not materialize or verify. ``make_default`` moves ``is_default`` to it
+    once it is ready (never on failure).
+    """
+    source, args = validate_registration(
+        name=name,
+        version=version,
+        source_kind=source_kind,
+        source_path=source_path,
+        engine_args=engine_args,
+        traffic_weight=traffic_weight,
+    )
+    try:
+        with transaction.atomic():
+            row = ModelDeployment.objects.create(
+                name=name,
+                version=version,
+                source_kind=source_kind,
+                source_path=source,
+                engine_args=args,
+                traffic_weight=traffic_weight,
+                status=DeploymentStatus.REGISTERED,
+            )
+    except IntegrityError as exc:  # registered by someone else since the check
+        raise RegistrationError(
+            f"{deployment_key(name, version)} is already registered: register another version."
+        ) from exc
+    forget_cached()
+    materialize_deployment(row)
+    if make_default:
+        make_default_deployment(row)
+    return row
+
+
+def materialize_deployment(row: ModelDeployment) -> ModelDeployment:
+    """Copies ``row``'s weights into the model cache (``path``: serves them in place), verifies them and marks it
+    ``ready`` with their checksum.
+
+    Only a ``registered`` or ``failed`` row is materialized; the move to ``materializing`` is a conditional update,
+    so two callers never copy the same deployment at once. A ``ready`` row is verified again in place: its files must
+    still have the recorded checksum. On failure the row is ``failed`` with the reason and
+    :class:`RegistrationError` is raised.
+    """
+    if row.status == DeploymentStatus.READY:
+        return _verify_in_place(row, Path(row.local_path), expect=row.checksum)
+    claimed = ModelDeployment.objects.filter(pk=row.pk, status__in=MATERIALIZABLE).update(
+        status=DeploymentStatus.MATERIALIZING, status_reason="", updated_at=timezone.now()
+    )
+    if not claimed:
+        row.refresh_from_db()
+        raise RegistrationError(
+            f"{row.key} is {row.status}: only a registered or failed deployment is materialized "
+            "(register a new version to serve other weights)."
+        )
+    row.status, row.status_reason = DeploymentStatus.MATERIALIZING, ""
+    forget_cached()
+    try:
+        local_path, checksum = _materialize_files(row)
+    except Exception as exc:  # whatever broke, the row must not stay materializing
+        raise _failed(row, _reason(exc)) from exc
+    _mark_ready(row, local_path, checksum)
+    logger.info("deployment %s ready at %s (sha256 %s)", row.key, local_path, checksum)
+    return row
+
+
+def make_default_deployment(row: ModelDeployment) -> None:
+    """``row`` becomes the default deployment, in one transaction (the others lose ``is_default`` first: the
+    ``one_default_deployment`` constraint is checked per statement)."""
+    with transaction.atomic():
+        ModelDeployment.objects.filter(is_default=True).exclude(pk=row.pk).update(is_default=False)
+        ModelDeployment.objects.filter(pk=row.pk).update(is_default=True)
+    row.is_default = True
+    forget_cached()
+
+
+def _materialize_files(row: ModelDeployment) -> tuple[Path, str]:
+    """The verified local folder of ``row`` and its checksum."""
+    if row.source_kind == SourceKind.PATH:
+        folder = Path(row.source_path)
+        return folder, verify_model_folder(folder)
+    engine = settings.ENGINE
+    target = engine.model_cache_dir / row.key
+    if row.source_kind == SourceKind.PACKAGED and not is_prepared(engine.default_model_dir):
+        prepare_default_model(target, force=True)  # converts the GGUF straight into place (its own staging)
+        try:
+            return target, verify_model_folder(target)
+        except BaseException:
+            shutil.rmtree(target, ignore_errors=True)
+            raise
+    source = engine.default_model_dir if row.source_kind == SourceKind.PACKAGED else Path(row.source_path)
+    return target, _copy_verified(source, target)
+
+
+def _copy_verified(source: Path, target: Path) -> str:
+    """Copies ``source`` to a staging sibling of ``target``, verifies it there, then renames it into place."""
+    if not source.is_dir():
+        raise RegistrationError(f"The source folder {source} does not exist any more: restore it or register again.")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        shutil.copytree(source, staging, dirs_exist_ok=True, ignore=shutil.ignore_patterns(READY_MARKER))
+        checksum = verify_model_folder(staging)
+        staging.chmod(0o755)
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return checksum
+
+
+def _verify_in_place(row: ModelDeployment, folder: Path, *, expect: str) -> ModelDeployment:
+    """Verifies ``folder`` as ``row``'s weights (no copy); ``expect``: the checksum they must still have."""
+    try:
+        checksum = verify_model_folder(folder)
+        if expect and checksum != expect:
+            raise RegistrationError(
+                f"The files in {folder} changed since {row.key} was verified (sha256 {checksum[:12]}…, recorded "
+                f"{expect[:12]}…): register the new files as a new version."
+            )
+    except Exception as exc:  # whatever broke, the row records why
+        raise _failed(row, _reason(exc)) from exc
+    _mark_ready(row, folder, checksum)
+    return row
+
+
+def _mark_ready(row: ModelDeployment, folder: Path, checksum: str) -> None:
+    keep_ready_at = row.status == DeploymentStatus.READY and row.ready_at is not None
+    row.status = DeploymentStatus.READY
+    row.status_reason = ""
+    row.local_path = str(folder)
+    row.checksum = checksum
+    row.ready_at = row.ready_at if keep_ready_at else timezone.now()
+    row.save(update_fields=["status", "status_reason", "local_path", "checksum", "ready_at", "updated_at"])
+    forget_cached()
+
+
+def _failed(row: ModelDeployment, reason: str) -> RegistrationError:
+    """Marks ``row`` failed with ``reason`` (nothing else changes) and returns the error to raise."""
+    row.status = DeploymentStatus.FAILED
+    row.status_reason = reason
+    row.save(update_fields=["status", "status_reason", "updated_at"])
+    forget_cached()
+    logger.warning("deployment %s failed: %s", row.key, reason)
+    return RegistrationError(f"{row.key} failed: {reason}")
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, DomainError):
+        return exc.message
+    if isinstance(exc, ModelPreparationError):
+        return f"preparing the packaged model failed: {exc}"
+    if isinstance(exc, OSError):
+        return f"copying the model failed: {exc}"
+    return f"{exc.__class__.__name__}: {exc}"
+
+
+# --- verification ------------------------------------------------------------------------------------------------
+
+
+def verify_model_folder(folder: Path) -> str:
+    """The SHA-256 of ``folder`` once it passes what a worker needs of it: a config with ``architectures`` and
+    ``model_type``, a tokenizer that loads with a chat template that renders, and weights that open.
+
+    Raises :class:`RegistrationError` naming the first thing that is missing or broken.
+    """
+    if not folder.is_dir():
+        raise RegistrationError(f"{folder} is not a folder: give a Hugging Face model folder.")
+    _check_config(folder)
+    _check_tokenizer(folder)
+    _check_weights(folder)
+    return folder_checksum(folder)
+
+
+def _check_config(folder: Path) -> None:
+    path = folder / "config.json"
+    if not path.is_file():
+        raise RegistrationError(f"{folder} has no config.json: a Hugging Face model folder needs one.")
+    try:
+        json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise RegistrationError(f"{path} is not valid JSON ({exc}): fix or replace it.") from exc
+    from transformers import AutoConfig  # seconds to import, and only registration needs it in the web process
+
+    try:
+        config = AutoConfig.from_pretrained(str(folder), local_files_only=True)
+    except Exception as exc:  # transformers raises many kinds; each is a bad config
+        raise RegistrationError(f"{path} does not load as a model config ({exc.__class__.__name__}: {exc}).") from exc
+    if not getattr(config, "architectures", None):
+        raise RegistrationError(f"{path} names no 'architectures' (vLLM picks the model class from it).")
+    if not getattr(config, "model_type", ""):
+        raise RegistrationError(f"{path} has no 'model_type'.")
+
+
+def _check_tokenizer(folder: Path) -> None:
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise RegistrationError(
+            f"{folder} has no tokenizer files ({', '.join(TOKENIZER_FILES)}): copy them from the model's repository."
+        )
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except Exception as exc:  # as above
+        raise RegistrationError(f"The tokenizer in {folder} does not load ({exc.__class__.__name__}: {exc}).") from exc
+    if not getattr(tokenizer, "chat_template", None):
+        raise RegistrationError(
+            f"The tokenizer in {folder} has no chat template (chat_template.jinja, or 'chat_template' in "
+            "tokenizer_config.json): every chat prompt is rendered with it."
+        )
+    try:
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": "Hello"}], tokenize=False, add_generation_prompt=True
+        )
+    except Exception as exc:  # a template error is any exception jinja raises
+        raise RegistrationError(
+            f"The chat template in {folder} does not render a user message ({exc.__class__.__name__}: {exc})."
+        ) from exc
+
+
+def _check_weights(folder: Path) -> None:
+    shards = sorted(folder.glob("*.safetensors"))
+    if not shards:
+        if any(folder.glob("pytorch_model*.bin")):
+            return
+        raise RegistrationError(f"{folder} holds no weights: no *.safetensors (nor pytorch_model*.bin) file.")
+    from safetensors import safe_open
+
+    tensors = 0
+    for shard in shards:
+        try:
+            with safe_open(str(shard), framework="pt") as opened:
+                tensors += len(list(opened.keys()))
+        except Exception as exc:  # safetensors raises its own error types for a bad file
+            raise RegistrationError(
+                f"{shard} does not open as safetensors ({exc}): it is truncated or corrupt; copy it again."
+            ) from exc
+    if tensors == 0:
+        raise RegistrationError(f"The safetensors files in {folder} hold no tensor.")
+
+
+def folder_checksum(folder: Path) -> str:
+    """SHA-256 over the folder's files in sorted order of their relative paths: each path, its size, its bytes
+    (the ``.prepared`` marker is left out: it says how the folder was made, not what a worker loads)."""
+    files = sorted(
+        (path.relative_to(folder).as_posix(), path)
+        for path in folder.rglob("*")
+        if path.is_file() and path.name != READY_MARKER
+    )
+    digest = hashlib.sha256()
+    for relative, path in files:
+        digest.update(f"{relative}\0{path.stat().st_size}\0".encode())
+        with path.open("rb") as handle:
+            while chunk := handle.read(_CHUNK):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+# --- the default deployment --------------------------------------------------------------------------------------
+
+
+def prepare_default_deployment(*, force: bool = False) -> str:
+    """What ``manage.py prepare_model`` does: prepares the default model folder (packaged: converts the GGUF once),
+    then verifies the default deployment in place and marks it ``ready`` with its checksum. Returns what it did.
+
+    The deployments table may not exist yet (``prepare_model`` runs before the migrations in some scripts): then
+    only the folder is prepared. A default deployment already ``ready`` with a checksum is not hashed again
+    unless the folder was rebuilt (or ``force``): every worker start runs this.
+    """
+    engine = settings.ENGINE
+    rebuilt = False
+    if not engine.model:
+        rebuilt = prepare_default_model(engine.default_model_dir, force=force)
+        done = f"{engine.default_model_dir} {'prepared' if rebuilt else 'already present'}"
+    else:
+        done = f"serving {engine.model} (ENGINE_MODEL)"
+    try:
+        row = ModelDeployment.objects.filter(is_default=True).first()
+    except (ProgrammingError, OperationalError) as exc:
+        return f"{done}; the deployments table is not there yet ({exc.__class__.__name__}): migrate, then run again"
+    if row is None:
+        return f"{done}; there is no default deployment to verify"
+    if row.status in (DeploymentStatus.DRAINING, DeploymentStatus.RETIRED):
+        return f"{done}; {row.key} is {row.status}: left as it is"
+    if row.status == DeploymentStatus.READY and row.checksum and not (rebuilt or force):
+        return f"{done}; {row.key} already ready (sha256 {row.checksum[:12]}…)"
+    local = row.local_path or engine.model_path
+    if not (Path(local).is_absolute() or local.startswith(".")):
+        return _ready_unverified(row, local, done)
+    _verify_in_place(row, Path(local), expect="")
+    return f"{done}; {row.key} ready (sha256 {row.checksum[:12]}…)"
+
+
+def _ready_unverified(row: ModelDeployment, model: str, done: str) -> str:
+    """``ENGINE_MODEL`` names a model the operator cached locally (not a folder): vLLM resolves it; nothing here
+    can verify it, so the default deployment is ready unverified, and says so."""
+    row.status = DeploymentStatus.READY
+    row.status_reason = f"not verified: {model} is a model name, not a local folder"
+    row.local_path = model
+    row.ready_at = row.ready_at or timezone.now()
+    row.save(update_fields=["status", "status_reason", "local_path", "ready_at", "updated_at"])
+    forget_cached()
+    return f"{done}; {row.key} ready, {row.status_reason}"

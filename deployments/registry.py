@@ -1,0 +1,245 @@
+"""Which deployment serves a request: ``model`` as clients send it, resolved against the registered deployments.
+
+* ``name`` picks among that name's ``ready`` versions that have a ready worker, at random by ``traffic_weight``
+  (each run picks again, so a rollout's weights move unpinned chats too);
+* ``name@version`` pins one version;
+* nothing (a UI chat, ``POST /api/chats`` without ``model``): the default deployment's name.
+
+An unknown name, or a version that is not served (retired, failed, draining, never registered), is a 404
+``model_not_found`` that names the models there are; a malformed ``model`` is a 400 ``invalid_model``; a known
+model that has no ready worker (or a version still materializing) is a 503 with ``Retry-After``. Every refusal
+comes before anything is written.
+
+The web processes read the deployments from Postgres at most every ``DEPLOYMENT_CACHE_S`` and the ready workers
+from Redis at most every ``DEPLOYMENT_WORKERS_CACHE_S`` (per process), so a prompt pays no round trip for this;
+a weight change reaches every process within that bound.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+
+from core.errors import DomainError
+from core.worker_contract import ready_worker_counts
+from deployments.models import NAME_PATTERN, DeploymentStatus, ModelDeployment, deployment_key
+
+_NAME = re.compile(NAME_PATTERN)
+RETRY_AFTER_S = 5
+
+
+class ModelNotFound(DomainError):
+    status_code = 404
+    code = "model_not_found"
+
+
+class InvalidModel(DomainError):
+    code = "invalid_model"
+
+
+class ModelUnavailable(DomainError):
+    """A known model that cannot take a run right now: a 503 with ``Retry-After``; nothing was written."""
+
+    status_code = 503
+    code = "model_unavailable"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, headers={"Retry-After": str(RETRY_AFTER_S)})
+
+
+@dataclass(frozen=True)
+class Served:
+    """What the serving path needs of one deployment (a snapshot: no database access through it)."""
+
+    id: int
+    name: str
+    version: str
+    status: str
+    traffic_weight: int
+    is_default: bool
+    local_path: str
+    engine_args: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return deployment_key(self.name, self.version)
+
+    @property
+    def is_ready(self) -> bool:
+        return self.status == DeploymentStatus.READY
+
+
+def _served(row: ModelDeployment) -> Served:
+    return Served(
+        id=row.pk,
+        name=row.name,
+        version=row.version,
+        status=row.status,
+        traffic_weight=row.traffic_weight,
+        is_default=row.is_default,
+        local_path=row.local_path,
+        engine_args=dict(row.engine_args or {}),
+    )
+
+
+class _Snapshot:
+    """A per-process copy of a read that may be ``max_age_s`` old (thread-safe; one reader refreshes it)."""
+
+    def __init__(self, read: Callable[[], Any], max_age: Callable[[], float]) -> None:
+        self.read = read
+        self.max_age = max_age
+        self._value: Any = None
+        self._at = float("-inf")
+        self._lock = threading.Lock()
+
+    def get(self) -> Any:
+        if time.monotonic() - self._at > self.max_age():
+            with self._lock:
+                if time.monotonic() - self._at > self.max_age():
+                    self._value = self.read()
+                    self._at = time.monotonic()
+        return self._value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._at = float("-inf")
+
+
+def _read_deployments() -> list[Served]:
+    return [_served(row) for row in ModelDeployment.objects.order_by("name", "-created_at", "-id")]
+
+
+def _read_ready_workers() -> dict[str, int]:
+    keys = [d.key for d in _deployments.get() if d.is_ready or d.status == DeploymentStatus.DRAINING]
+    return ready_worker_counts(keys)
+
+
+_deployments = _Snapshot(_read_deployments, lambda: settings.DEPLOYMENTS.cache_s)
+_ready_workers = _Snapshot(_read_ready_workers, lambda: settings.DEPLOYMENTS.workers_cache_s)
+
+
+def forget_cached() -> None:
+    """The next read goes to Postgres and Redis again (after a write here, and between tests)."""
+    _deployments.clear()
+    _ready_workers.clear()
+
+
+def served_deployments() -> list[Served]:
+    """Every deployment, newest version of each name first (at most ``DEPLOYMENT_CACHE_S`` old)."""
+    return list(_deployments.get())
+
+
+def ready_workers(key: str) -> int:
+    """Workers of the deployment ``key`` that heartbeat ready (at most ``DEPLOYMENT_WORKERS_CACHE_S`` old)."""
+    return int(_ready_workers.get().get(key, 0))
+
+
+def deployment_by_id(deployment_id: int | None) -> Served | None:
+    """The deployment with that id (from the snapshot; re-read once if it is newer than the snapshot)."""
+    if deployment_id is None:
+        return None
+    found = next((d for d in served_deployments() if d.id == deployment_id), None)
+    if found is None:
+        _deployments.clear()
+        found = next((d for d in served_deployments() if d.id == deployment_id), None)
+    return found
+
+
+def default_deployment() -> Served | None:
+    return next((d for d in served_deployments() if d.is_default), None)
+
+
+def available_models() -> list[str]:
+    """What a client may send: each name with a ready version, and each ready ``name@version``."""
+    ready = [d for d in served_deployments() if d.is_ready]
+    names = sorted({d.name for d in ready})
+    return names + sorted(d.key for d in ready)
+
+
+def parse_model(spec: str) -> tuple[str, str | None]:
+    """``name`` or ``name@version`` as ``(name, version or None)``; :class:`InvalidModel` when it is neither."""
+    name, at, version = spec.strip().partition("@")
+    if not _NAME.match(name) or (at and not _NAME.match(version)):
+        raise InvalidModel(
+            f"'{spec[:200]}' is not a model: send 'name' or 'name@version' (letters, digits, '.', '_' and '-'), "
+            f"one of: {', '.join(available_models()) or 'none yet'}."
+        )
+    return name, (version if at else None)
+
+
+def _not_found(what: str) -> ModelNotFound:
+    available = ", ".join(available_models()) or "none is ready yet"
+    return ModelNotFound(f"The model '{what[:200]}' does not exist here. Available: {available}.")
+
+
+def resolve_model(spec: str | None, *, rng: random.Random | None = None) -> Served:
+    """The deployment that serves a run for ``spec`` (see the module doc for the rules and the errors)."""
+    if spec is None or not spec.strip():
+        default = default_deployment()
+        if default is None:
+            raise ModelUnavailable("No default model is configured: name one with 'model'.")
+        spec = default.name
+    name, version = parse_model(spec)
+    versions = [d for d in served_deployments() if d.name == name]
+    if not versions:
+        raise _not_found(spec)
+    if version is not None:
+        return _pinned(spec, next((d for d in versions if d.version == version), None))
+    return _by_weight(name, versions, rng or random)
+
+
+def check_model(spec: str) -> str:
+    """``spec`` stripped, once it names a model that is served or being prepared (for a chat's ``model``: no worker
+    is needed yet); :class:`InvalidModel` or :class:`ModelNotFound` otherwise. Empty stays empty (the default)."""
+    spec = spec.strip()
+    if not spec:
+        return ""
+    name, version = parse_model(spec)
+    live = (DeploymentStatus.RETIRED, DeploymentStatus.FAILED, DeploymentStatus.DRAINING)
+    versions = [d for d in served_deployments() if d.name == name and d.status not in live]
+    if not versions or (version is not None and all(d.version != version for d in versions)):
+        raise _not_found(spec)
+    return spec
+
+
+def _pinned(spec: str, found: Served | None) -> Served:
+    if found is None or found.status in (DeploymentStatus.RETIRED, DeploymentStatus.FAILED):
+        raise _not_found(spec)
+    if found.status == DeploymentStatus.DRAINING:
+        raise ModelNotFound(
+            f"The model '{spec}' is draining and takes no new runs. Available: {', '.join(available_models())}."
+        )
+    if not found.is_ready:
+        raise ModelUnavailable(f"The model '{spec}' is still being prepared ({found.status}); retry shortly.")
+    if ready_workers(found.key) == 0:
+        raise ModelUnavailable(f"The model '{spec}' has no ready worker right now; retry shortly.")
+    return found
+
+
+def _by_weight(name: str, versions: list[Served], rng: random.Random | Any) -> Served:
+    ready = [d for d in versions if d.is_ready]
+    if not ready:
+        if any(d.status in (DeploymentStatus.REGISTERED, DeploymentStatus.MATERIALIZING) for d in versions):
+            raise ModelUnavailable(f"The model '{name}' is still being prepared; retry shortly.")
+        raise _not_found(name)
+    weighted = [d for d in ready if d.traffic_weight > 0] or ready[:1]  # all at 0: the newest ready version
+    serving = [d for d in weighted if ready_workers(d.key) > 0]
+    if not serving:
+        raise ModelUnavailable(f"The model '{name}' has no ready worker right now; retry shortly.")
+    return pick_by_weight(serving, rng)
+
+
+def pick_by_weight(candidates: list[Served], rng: random.Random | Any) -> Served:
+    """One of ``candidates`` with probability proportional to its weight (equal chances when all are 0)."""
+    weights = [max(0, d.traffic_weight) for d in candidates]
+    if sum(weights) == 0:
+        return candidates[int(rng.random() * len(candidates)) % len(candidates)]
+    chosen: Served = rng.choices(candidates, weights=weights, k=1)[0]
+    return chosen

@@ -1,0 +1,73 @@
+"""``python manage.py deployment_rollout NAME --to VERSION [--steps 10,25,50,100] ...``: a red-black rollout.
+
+Prints each step's figures and verdict; exits 1 with the reason when the rollout is refused or rolled back.
+Interrupting it (Ctrl-C) rolls the weights back (the rollout ends ``failed``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from deployments.models import RolloutStatus
+from runs.rollouts import DEFAULT_STEPS, RolloutRefused, RolloutThresholds, run_rollout
+
+_DEFAULTS = RolloutThresholds()
+
+
+def _steps(raw: str) -> list[int]:
+    try:
+        return [int(part) for part in raw.split(",") if part.strip()]
+    except ValueError as exc:
+        raise CommandError(
+            f"--steps takes whole percentages separated by commas (e.g. 10,25,50,100), not {raw!r}."
+        ) from exc
+
+
+class Command(BaseCommand):
+    help = "Moves a model name's traffic to another version in steps, with a health check and rollback at each."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("name", help="The model name whose traffic moves.")
+        parser.add_argument("--to", required=True, dest="version", help="The version that takes the traffic.")
+        parser.add_argument("--steps", default=",".join(map(str, DEFAULT_STEPS)), help="Target weights in percent.")
+        parser.add_argument("--step-wait", type=float, default=_DEFAULTS.step_wait_s, help="Least seconds per step.")
+        parser.add_argument(
+            "--step-timeout", type=float, default=_DEFAULTS.step_timeout_s, help="Most seconds a step waits for runs."
+        )
+        parser.add_argument(
+            "--min-runs", type=int, default=_DEFAULTS.min_runs, help="Runs that must end on the target per step."
+        )
+        parser.add_argument(
+            "--max-failed-rate", type=float, default=_DEFAULTS.max_failed_rate, help="Share of failed runs allowed."
+        )
+        parser.add_argument(
+            "--max-ttft-ratio",
+            type=float,
+            default=_DEFAULTS.max_ttft_p99_ratio,
+            help="Target's TTFT p99 over the old version's allowed.",
+        )
+        parser.add_argument("--poll", type=float, default=2.0, help="Seconds between looks at the step's runs.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        thresholds = RolloutThresholds(
+            max_failed_rate=options["max_failed_rate"],
+            max_ttft_p99_ratio=options["max_ttft_ratio"],
+            min_runs=options["min_runs"],
+            step_wait_s=options["step_wait"],
+            step_timeout_s=options["step_timeout"],
+        )
+        try:
+            rollout = run_rollout(
+                name=options["name"],
+                to_version=options["version"],
+                steps=_steps(options["steps"]),
+                thresholds=thresholds,
+                report=self.stdout.write,
+                poll_s=options["poll"],
+            )
+        except RolloutRefused as exc:
+            raise CommandError(f"Refused: {exc.message}") from exc
+        if rollout.status != RolloutStatus.SUCCEEDED:
+            raise CommandError(f"Rolled back: {rollout.reason}")
