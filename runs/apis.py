@@ -66,7 +66,8 @@ class ChatDetailApi(APIView):
         operation_id="chats_partial_update",
         request=ChatUpdateSerializer,
         responses={200: ChatOutSerializer, **INVALID, **CHAT_NOT_FOUND},
-        description="Renames the chat. A partial update: a field left out keeps its value (an empty body "
+        description="Renames the chat and/or changes its `model` (404 `model_not_found` for one not served). "
+        "A partial update: a field left out keeps its value (an empty body "
         "changes nothing); an unknown field is a 400.",
     )
     def patch(self, request: Request, chat_id: int) -> Response:

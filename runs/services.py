@@ -335,7 +335,10 @@ def run_continuation_blocker(run: Run) -> str | None:
     A constrained or structured-output run cannot: its logits processor or grammar would start again from the
     prompt's end and not know the text already emitted, so the continuation could leave the schema. Nor can a
     run with tools: the text may be a tool call the parser must see whole, from the assistant's first token.
+    Nor any run while ``DEPLOYMENT_CONTINUE_RUNS`` is off (every recovery restarts, as before continuation).
     """
+    if not settings.DEPLOYMENTS.continue_runs:
+        return "continuation is turned off (DEPLOYMENT_CONTINUE_RUNS)"
     if run.tools:
         return "it has tools"
     try:
@@ -379,7 +382,7 @@ def run_finish(*, run_id: int, attempt: int, result: GenerationResult) -> Run | 
         # along for the settlement and the log line after commit, instead of three queries there.
         run = (
             Run.objects.select_for_update(of=("self", "chat"))
-            .select_related("chat", "tier", "user__tier", "user__limit_override")
+            .select_related("chat", "tier", "user__tier", "user__limit_override", "deployment")
             .get(pk=run_id)
         )
         if run.status not in (RunStatus.STREAMING, RunStatus.CANCELLING) or run.attempts != attempt:
@@ -399,8 +402,9 @@ def run_finish(*, run_id: int, attempt: int, result: GenerationResult) -> Run | 
             )
         Chat.objects.filter(pk=run.chat_id).update(updated_at=run.finished_at, last_worker=run.worker)
         chat_id = run.chat_id
+        deployment = run.deployment.key if run.deployment is not None else ""
         if run.chat.origin == ChatOrigin.WEB:  # an OpenAI-compatible call's chat is never continued: no summary
-            transaction.on_commit(lambda: chat_summary_schedule_after_turn(chat_id=chat_id))
+            transaction.on_commit(lambda: chat_summary_schedule_after_turn(chat_id=chat_id, deployment=deployment))
         return run
 
 

@@ -16,7 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,13 +144,14 @@ def _warm_up(base_url: str, *, with_worker: bool) -> None:
         user.delete()
 
 
-def _worker_argv() -> list[str] | None:
-    """The worker command, once the worker app exists (see inference_workers)."""
+def _worker_argv(suffix: str = "") -> list[str] | None:
+    """The worker command, once the worker app exists (see inference_workers); ``suffix`` tells apart the
+    Celery node names of a stack's workers."""
     try:
         import inference_workers.tasks  # noqa: F401
     except ImportError:
         return None
-    return celery_worker_argv(name=f"{LABEL}-{os.getpid()}@%h", concurrency=4)
+    return celery_worker_argv(name=f"{LABEL}-{os.getpid()}{suffix}@%h", concurrency=4)
 
 
 @pytest.fixture(scope="package", name="live_stack")
@@ -159,11 +160,19 @@ def live_stack_fixture(django_db_setup: None, django_db_blocker: object) -> Iter
 
 
 def run_live_stack(
-    django_db_blocker: object, *, engine_env: dict[str, str], worker_ready_s: float = 90
-) -> Iterator[LiveStack]:
-    """Starts web, worker (with ``engine_env``) and dispatcher; yields the stack; stops them."""
+    django_db_blocker: object,
+    *,
+    engine_env: dict[str, str],
+    worker_ready_s: float = 90,
+    workers: dict[str, dict[str, str]] | None = None,
+) -> Generator[LiveStack, None, None]:
+    """Starts web, worker (with ``engine_env``) and dispatcher; yields the stack; stops them.
+
+    ``workers``: several worker processes instead of the one, each under its name (process ``worker-NAME``, log
+    ``LABEL-worker-NAME.log``) with its own environment over ``engine_env`` (``WORKER_DEPLOYMENT``,
+    ``SIM_FAIL_RATE``...). Deployments they serve must be committed before the call."""
     global LABEL
-    LABEL = f"stack{next(_stack_numbers)}"
+    LABEL = f"stack{next(_stack_numbers)}-{os.getpid()}"  # the pid: two sessions in one tree keep their own logs
     from accounts.models import Tier
     from accounts.tier_defaults import seed_default_tiers
     from tests.deployment_helpers import ensure_default_deployment
@@ -189,9 +198,19 @@ def run_live_stack(
             ],
             env,
         )
-        worker = _worker_argv()
-        if worker:
-            processes["worker"] = _spawn("worker", worker, env)
+        # (process name, node-name suffix, environment) of each worker: the one, or those of ``workers``.
+        worker_specs = (
+            [("worker", "", env)]
+            if workers is None
+            else [(f"worker-{name}", f"-{name}", {**env, **extra}) for name, extra in workers.items()]
+        )
+        worker_names: list[str] = []
+        for process_name, suffix, worker_env in worker_specs:
+            argv = _worker_argv(suffix)
+            if argv:
+                processes[process_name] = _spawn(process_name, argv, worker_env)
+                worker_names.append(process_name)
+        if worker_names:
             if "run_dispatcher" in get_commands():
                 # Admitted runs wait in the scheduler's queues until the dispatcher hands them to Celery.
                 processes["dispatcher"] = _spawn(
@@ -199,10 +218,10 @@ def run_live_stack(
                 )
         base_url = f"http://127.0.0.1:{port}"
         wait_http(base_url + "/healthz", processes["web"], timeout_s=30, what=f"the web process ({LOGS})")
-        if "worker" in processes:
-            _wait_log("worker", processes["worker"], "ready.", timeout_s=worker_ready_s)
+        for name in worker_names:
+            _wait_log(name, processes[name], "ready.", timeout_s=worker_ready_s)
         with django_db_blocker.unblock():  # type: ignore[attr-defined]
-            _warm_up(base_url, with_worker="worker" in processes)
+            _warm_up(base_url, with_worker=bool(worker_names))
         yield LiveStack(base_url=base_url, processes=processes)
     finally:
         for proc in processes.values():

@@ -19,6 +19,10 @@ class EngineDead(RuntimeError):
     """
 
 
+WARM_UP_REQUEST_PREFIX = "warm-up-"
+"""Request ids of the one generation a worker answers before it heartbeats ready (``WorkerRuntime.warm_up``)."""
+
+
 @dataclass(frozen=True)
 class GenerationRequest:
     request_id: str

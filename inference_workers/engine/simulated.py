@@ -18,6 +18,11 @@ Of the request's :class:`~core.sampling.SamplingSpec` it honours what changes th
 - ``logprobs``: synthetic but well-formed entries, one per token, the sampled token first in ``top_logprobs``
   followed by others of lower probability, exactly the requested count.
 
+``SIM_FAIL_RATE`` (a simulation knob, 0 by default) makes that share of requests fail: each one picked (by a hash
+of its request id, so the choice is deterministic) raises :class:`SimulatedFailure` just after its first delta, an
+ordinary request failure that ends the run ``failed`` and leaves the worker serving. A worker's warm-up request
+(``warm-up-...``) never fails, or the worker would not start.
+
 It does not honour structured outputs, ``constraint``, ``logit_bias``, ``stop_token_ids``, top_k/top_p/min_p or
 the penalties: its words come from a fixed list, not from a model's logits. Tests of those need the real engine.
 """
@@ -36,7 +41,14 @@ from typing import Any
 
 from core.config import EngineConfig
 from core.generation import EngineFinishReason
-from inference_workers.engine.base import EngineStats, GenerationDelta, GenerationRequest, TpotWindow, logprob_entry
+from inference_workers.engine.base import (
+    WARM_UP_REQUEST_PREFIX,
+    EngineStats,
+    GenerationDelta,
+    GenerationRequest,
+    TpotWindow,
+    logprob_entry,
+)
 
 _WORDS = (
     "the quick answer is that a model writes one token at a time while the scheduler batches many "
@@ -61,6 +73,21 @@ def simulated_token(prompt: str, index: int, salt: str = "") -> str:
     """Token ``index`` of the answer to ``prompt``; ``salt`` picks another answer (a seed, a random draw)."""
     word = _WORDS[_digest(f"{salt}{index}:{prompt}") % len(_WORDS)]
     return word if index == 0 else " " + word
+
+
+"""Request ids of a worker's warm-up generation (``WorkerRuntime.warm_up``): exempt from ``sim_fail_rate``."""
+
+
+class SimulatedFailure(RuntimeError):
+    """The forced failure of ``sim_fail_rate``: an ordinary engine error, not a dead engine."""
+
+
+def simulated_failure(request_id: str, fail_rate: float) -> bool:
+    """Whether ``sim_fail_rate`` picks this request to fail: its id's hash, as a fraction in [0, 1), is below
+    the rate (so 0 fails none and 1 every one); never a warm-up request."""
+    if fail_rate <= 0 or request_id.startswith(WARM_UP_REQUEST_PREFIX):
+        return False
+    return _digest(f"fail:{request_id}") / 2**32 < fail_rate
 
 
 def sampling_salt(request: GenerationRequest) -> str:
@@ -172,10 +199,13 @@ class SimulatedEngine:
         if self._wake is None:
             raise RuntimeError("start() the engine first")
         self._wake.set()
+        fails = simulated_failure(request.request_id, self.config.sim_fail_rate)
         try:
             while True:
                 delta = await seq.out.get()
                 yield delta
+                if fails:
+                    raise SimulatedFailure(f"simulated failure of request {request.request_id} (SIM_FAIL_RATE)")
                 if delta.finished:
                     return
         finally:

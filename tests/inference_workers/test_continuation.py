@@ -262,7 +262,7 @@ def test_a_draining_worker_hands_its_run_off_and_the_next_worker_continues_it(
     ModelDeployment.objects.filter(pk=default.pk).update(status=DeploymentStatus.DRAINING)
     v2 = add_version("v2", weight=100)
     forget_cached()
-    sim_runtime._active[run.pk].handoff_requested.set()
+    assert sim_runtime.request_handoff(run.pk)
     thread.join(timeout=10)
 
     assert outcome == [None]  # handed off, not finished
@@ -293,7 +293,7 @@ def test_a_handoff_of_a_run_being_cancelled_ends_it_cancelled(sim_runtime: Worke
     thread.start()
     wait_for(lambda: bool(_deltas(stream_of(run))), timeout=10, what="the first delta")
     Run.objects.filter(pk=run.pk).update(status=RunStatus.CANCELLING)  # the cancel's signal not seen yet
-    sim_runtime._active[run.pk].handoff_requested.set()
+    assert sim_runtime.request_handoff(run.pk)
     thread.join(timeout=10)
 
     assert outcome == [RunStatus.CANCELLED]

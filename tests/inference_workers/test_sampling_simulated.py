@@ -241,6 +241,7 @@ def test_a_dead_engine_leaves_the_run_to_the_reaper_and_stops_the_worker() -> No
         worker_config=settings.WORKERS,
         engine=_DyingEngine(config),
         exit_process=lambda: exits.append(True),
+        warm_up=False,  # it dies on its first request: that must be the run's
     )
     runtime.start()
     try:

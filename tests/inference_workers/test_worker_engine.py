@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from chats.models import Message, MessageRole
 from core.sampling import SamplingSpec
 from core.worker_contract import worker_heartbeats
-from runs.models import FinishReason, PromptMode, Run, RunStatus
+from runs.models import FinishReason, PromptMode, Recovery, Run, RunStatus
 from runs.reaper import reap_orphaned_runs
 from runs.routing import send_to_worker
 from runs.services import run_cancel
@@ -346,7 +346,10 @@ def test_killed_workers_run_does_not_stay_streaming(
     run = wait_terminal(run, timeout=120)
     assert run.status == RunStatus.DONE and run.attempts == 2 and run.worker == engine_worker
     entries = stream_of(run)
-    assert StreamEvent.RESET in [e.event for e in entries]
+    # The second attempt went on from the text the killed one had streamed: no reset, nothing said twice.
+    assert StreamEvent.RESET not in [e.event for e in entries]
+    assert run.recovery == Recovery.CONTINUED and run.resumed_tokens > 0
+    assert run.output_tokens > run.resumed_tokens
     assert run.assistant_message is not None
     assert run.assistant_message.content == text_after_last_reset(entries)
     assert Message.objects.filter(chat=run.chat, role=MessageRole.ASSISTANT).count() == 1

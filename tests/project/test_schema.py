@@ -15,6 +15,7 @@ pytestmark = pytest.mark.django_db
 
 DOCUMENTED = {
     ("/api/auth/token", "post"),
+    ("/api/models", "get"),
     ("/api/chats", "get"),
     ("/api/chats", "post"),
     ("/api/chats/{chat_id}", "get"),

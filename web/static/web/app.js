@@ -8,6 +8,7 @@
 //   messages.js   the open chat's history and message bubbles
 //   run_view.js   one streaming answer: its state, transitions and bubble
 //   composer.js   the prompt box, Send and Stop
+//   model_picker.js  the model a chat uses (GET /api/models), above the prompt box
 //   chat_page.js  opening a chat, sending, stopping: the coordination
 //   alerts.js, account.js, progress.js, api.js, stream.js, markdown.js
 
@@ -17,6 +18,7 @@ import { ChatPage } from "./chat_page.js";
 import { Composer } from "./composer.js";
 import { StatusLine, findElements } from "./dom.js";
 import { MessageList } from "./messages.js";
+import { ModelPicker } from "./model_picker.js";
 import { Sidebar } from "./sidebar.js";
 
 function chatIdFromPath() {
@@ -31,6 +33,7 @@ function init() {
   const messages = new MessageList(ui);
   let page = null;
   const composer = new Composer(ui, { onSend: () => page.send(), onStop: () => page.stop() });
+  const picker = new ModelPicker(ui, { onChange: (model) => page.changeModel(model) });
   const sidebar = new Sidebar(ui, {
     currentChatId: () => messages.chatId,
     onOpen: (chatId) => page.open(chatId, { push: true }),
@@ -44,6 +47,7 @@ function init() {
     messages,
     sidebar,
     composer,
+    picker,
     alerts,
     account,
     statusLine: new StatusLine(ui.runStatus),
@@ -55,6 +59,7 @@ function init() {
   messages.observe();
 
   account.refresh();
+  picker.load();
   sidebar.loadMore();
   page.open(chatIdFromPath());
   document.body.dataset.ready = "true";

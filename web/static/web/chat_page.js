@@ -1,5 +1,6 @@
 // The open chat: opening one (history, then resuming its unfinished answer), sending a prompt, stopping
-// the answer, and which run the page follows. It coordinates the other parts; each keeps its own state.
+// the answer, changing its model, and which run the page follows. It coordinates the other parts; each
+// keeps its own state.
 
 import { api } from "./api.js";
 import { isTerminal } from "./constants.js";
@@ -7,18 +8,20 @@ import { RunView } from "./run_view.js";
 import { chatLabel } from "./sidebar.js";
 
 export class ChatPage {
-  /** The parts: `chatTitle` (the heading element), a MessageList, Sidebar, Composer, AlertBar,
-   * AccountBadge and the StatusLine. */
-  constructor({ chatTitle, messages, sidebar, composer, alerts, account, statusLine }) {
+  /** The parts: `chatTitle` (the heading element), a MessageList, Sidebar, Composer, ModelPicker,
+   * AlertBar, AccountBadge and the StatusLine. */
+  constructor({ chatTitle, messages, sidebar, composer, picker, alerts, account, statusLine }) {
     this.chatTitle = chatTitle;
     this.messages = messages;
     this.sidebar = sidebar;
     this.composer = composer;
+    this.picker = picker;
     this.alerts = alerts;
     this.account = account;
     this.statusLine = statusLine;
     this.run = null; // the RunView being followed (unfinished), or null
     this.sending = false;
+    this.savingModel = null; // the PATCH of the open chat's model while it is on its way
   }
 
   /** The open chat's id; null for a new chat not created yet. */
@@ -41,6 +44,9 @@ export class ChatPage {
     document.title = "Chat";
     this.sidebar.markCurrent();
     this.composer.setRunning(false);
+    // A new chat starts on the default model; an existing one shows its own once it has been read.
+    this.picker.show("");
+    this.picker.setBusy(Boolean(chatId));
     if (window.matchMedia("(max-width: 768px)").matches) this.sidebar.setOpen(false, { focus: false });
     if (!chatId) {
       this.composer.focus();
@@ -51,6 +57,7 @@ export class ChatPage {
       chat = await api("GET", `/api/chats/${chatId}`);
     } catch (error) {
       if (!this.messages.isCurrent(token)) return;
+      this.picker.setBusy(false);
       if (error.status === 404) {
         this.messages.forget();
         this.chatTitle.textContent = "Chat not found";
@@ -63,6 +70,8 @@ export class ChatPage {
     if (!this.messages.isCurrent(token)) return;
     this.sidebar.upsert(chat, { onlyIfKnown: true });
     this.chatTitle.textContent = chatLabel(chat);
+    this.picker.show(chat.model);
+    this.picker.setBusy(false);
     document.title = `${chatLabel(chat)} · Chat`;
     const page = await this.messages.loadOlder();
     if (!this.messages.isCurrent(token)) return;
@@ -92,12 +101,15 @@ export class ChatPage {
     try {
       let chatId = this.chatId;
       if (!chatId) {
-        const chat = await api("POST", "/api/chats", { title: "" });
+        const chat = await api("POST", "/api/chats", { title: "", model: this.picker.value });
         chatId = chat.id;
+        this.picker.show(chat.model);
         this.messages.adopt(chatId);
         window.history.pushState({ chatId }, "", `/c/${chatId}`);
         this.sidebar.upsert(chat, { toTop: true });
         this.sidebar.markCurrent();
+      } else if (this.savingModel) {
+        await this.savingModel; // the prompt goes to the model the user just picked
       }
       const accepted = await api("POST", `/api/chats/${chatId}/messages`, { content });
       if (this.chatId !== chatId) return;
@@ -116,11 +128,38 @@ export class ChatPage {
         if (chat && chat.active_run && !this.run) this.startRun(chat.active_run);
       } else {
         this.alerts.error(error.message);
+        // The model went away or has no worker since the list was read: offer what there is now.
+        if (error.code === "model_not_found" || error.status === 503) this.picker.load();
       }
     } finally {
       this.sending = false;
       this.composer.setSending(false);
       if (this.statusLine.text === "Sending…") this.statusLine.set("");
+    }
+  }
+
+  /** The user picked `model`: a new chat is created with it when it is sent; an open chat keeps it. */
+  async changeModel(model) {
+    const chatId = this.chatId;
+    if (!chatId) return;
+    this.alerts.clear();
+    this.picker.setBusy(true);
+    const saving = api("PATCH", `/api/chats/${chatId}`, { model });
+    const settled = saving.catch(() => null);
+    this.savingModel = settled;
+    try {
+      const chat = await saving;
+      if (this.chatId !== chatId) return;
+      this.picker.show(chat.model);
+      this.sidebar.upsert(chat, { onlyIfKnown: true });
+    } catch (error) {
+      if (this.chatId !== chatId) return;
+      this.picker.revert();
+      this.alerts.error(`Could not change the model: ${error.message}`);
+      if (error.code === "model_not_found") this.picker.load();
+    } finally {
+      if (this.chatId === chatId) this.picker.setBusy(false);
+      if (this.savingModel === settled) this.savingModel = null;
     }
   }
 

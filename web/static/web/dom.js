@@ -24,6 +24,7 @@ export function findElements() {
     alertText: $("alert-text"),
     alertRetry: $("alert-retry"),
     alertClose: $("alert-close"),
+    modelSelect: $("model-select"),
     composer: $("composer"),
     prompt: $("prompt"),
     send: $("send"),
