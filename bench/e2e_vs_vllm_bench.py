@@ -93,7 +93,8 @@ class Stack:
 
 
 def ensure_database(url: str) -> None:
-    """Creates the database in ``url`` if it does not exist (the role may create databases), then migrates it."""
+    """Creates the database in ``url`` if it does not exist (the role may create databases), migrates it and
+    makes its default deployment ready (``prepare_model``)."""
     import psycopg
 
     parts = urlsplit(url)
@@ -102,9 +103,10 @@ def ensure_database(url: str) -> None:
     with psycopg.connect(admin_url, autocommit=True) as conn:
         if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:
             conn.execute(f'CREATE DATABASE "{name}"')
-    subprocess.run(
-        [PY, "manage.py", "migrate", "--verbosity", "0"], cwd=ROOT, env={**os.environ, "DATABASE_URL": url}, check=True
-    )
+    env = {**os.environ, "DATABASE_URL": url}
+    subprocess.run([PY, "manage.py", "migrate", "--verbosity", "0"], cwd=ROOT, env=env, check=True)
+    # What every worker start runs first (scripts/worker.sh): the default deployment verified and ready.
+    subprocess.run([PY, "manage.py", "prepare_model"], cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
 
 
 def flush_redis(url: str) -> None:

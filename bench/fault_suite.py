@@ -1162,6 +1162,8 @@ def main(argv: list[str] | None = None) -> int:
         private_redis.start()
         env = Stack(supervisor, label="setup", database_url=postgres.url, redis_url=private_redis.url(), env={}).env
         _run_quiet([PYTHON, str(ROOT / "manage.py"), "migrate", "--verbosity", "0"], env=env, timeout=300)
+        # What every worker start runs first (scripts/worker.sh): verifies the default deployment, marks it ready.
+        _run_quiet([PYTHON, str(ROOT / "manage.py"), "prepare_model"], env=env, timeout=300)
         tokens = create_users(env, USERS)
         ctx = Context(supervisor, postgres, private_redis, tokens, budget, random.Random(args.seed), args.quick, runs)
         for fault in faults:

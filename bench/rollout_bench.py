@@ -301,6 +301,7 @@ def run_rollout_command(stack: Stack, name: str, to_version: str, args: argparse
     argv = [PY, "-u", "manage.py", "deployment_rollout", name, "--to", to_version, "--steps", args.steps]
     argv += ["--step-wait", str(args.step_wait), "--step-timeout", str(args.step_timeout)]
     argv += ["--min-runs", str(args.min_runs), "--max-ttft-ratio", str(args.max_ttft_ratio)]
+    argv += ["--min-ttft-runs", str(args.min_ttft_runs)]
     started_at = time.time()
     t0 = time.monotonic()
     proc = subprocess.Popen(
@@ -678,9 +679,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--max-ttft-ratio",
         type=float,
-        default=10.0,
-        help="the health check's TTFT p99 limit. Two engines share two cores here and a step's p99 is the max of a "
-        "handful of runs: with the product's 2.0 (or 4.0) one slow first token rolls back a healthy version",
+        default=None,
+        help="the health check's TTFT p99 limit (default: the product's). It judges a step only once each version "
+        "has --min-ttft-runs runs with a first token there: a p99 of a handful is their slowest run, and an earlier "
+        "quick run with no such floor rolled a healthy version back on one slow first token (two engines share two "
+        "cores here)",
+    )
+    parser.add_argument(
+        "--min-ttft-runs",
+        type=int,
+        default=None,
+        help="runs with a first token each version needs in a step before the TTFT p99s are compared (default: the "
+        "product's)",
     )
     parser.add_argument("--version", default="v2", help="the version registered and rolled out")
     parser.add_argument("--kill-after", type=int, default=40, help="streamed tokens before the SIGKILL")
@@ -727,8 +737,14 @@ def main() -> None:
 
     from accounts.models import Tier
     from accounts.tier_defaults import seed_default_tiers
+    from runs.rollouts import RolloutThresholds
 
     seed_default_tiers(Tier)
+    product = RolloutThresholds()
+    if args.max_ttft_ratio is None:
+        args.max_ttft_ratio = product.max_ttft_p99_ratio
+    if args.min_ttft_runs is None:
+        args.min_ttft_runs = product.min_ttft_runs
     name = str(settings.ENGINE.served_model_name)
     engine_args = {"max_num_seqs": SLOTS}
     new_key, old_key = f"{name}@{args.version}", f"{name}@{OLD_VERSION}"
@@ -738,7 +754,8 @@ def main() -> None:
         f"eager, {SLOTS} slots, KV {args.kv_cache_gib} GiB each; {new_key} engine_args {engine_args}; load "
         f"{args.clients} clients, max_tokens {args.max_tokens}, temperature 0, seed {args.seed}; phases "
         f"{args.before_s:.0f} s before / rollout steps {args.steps} step-wait {args.step_wait:.0f} s min-runs "
-        f"{args.min_runs} max-ttft-ratio {args.max_ttft_ratio} / {args.after_s:.0f} s after; kill after "
+        f"{args.min_runs} max-ttft-ratio {args.max_ttft_ratio} min-ttft-runs {args.min_ttft_runs} / "
+        f"{args.after_s:.0f} s after; kill after "
         f"{args.kill_after} of {args.kill_max_tokens} tokens (ignore_eos); WORKER_HEARTBEAT_TTL_S "
         f"{settings.WORKERS.heartbeat_ttl_s}, WORKER_ORPHAN_GRACE_S {settings.WORKERS.orphan_grace_s}, "
         f"DEPLOYMENT_CACHE_S {settings.DEPLOYMENTS.cache_s}, STREAM_FLUSH_MAX_TOKENS "

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from django.conf import settings
+from django.core.validators import RegexValidator
 from rest_framework import serializers
 
 from chats.models import Chat, Message
@@ -12,11 +13,26 @@ from core.fields import StrictCharField, StrictFloatField, StrictIntegerField
 from core.sampling import INT64_MAX, INT64_MIN, MAX_STOP_SEQUENCES, SamplingError, SamplingSpec, check_sampling
 from core.serializers import StrictSerializer
 from core.structured_outputs import structured_from_request
+from deployments.models import MODEL_SPEC_PATTERN
 
 MODEL_HELP = (
     "'name' (each run goes to a ready version of it, by the versions' traffic weights) or 'name@version' (pinned "
     "to that version); empty: the default model. GET /api/models lists them."
 )
+
+
+def model_field(*, allow_blank: bool, help_text: str = MODEL_HELP, **kwargs: Any) -> StrictCharField:
+    """``model``: ``name`` or ``name@version``, with the pattern in the schema (one that names no served model is a
+    404 ``model_not_found`` from the registry, naming those there are)."""
+    message = "Send 'name' or 'name@version': letters, digits, '.', '_' and '-' (GET /api/models lists them)."
+    pattern = MODEL_SPEC_PATTERN if not allow_blank else f"(?:{MODEL_SPEC_PATTERN})|^$"
+    return StrictCharField(
+        max_length=201,
+        allow_blank=allow_blank,
+        validators=[RegexValidator(pattern, message)],
+        help_text=help_text,
+        **kwargs,
+    )
 
 
 class ChatOutSerializer(serializers.ModelSerializer[Chat]):
@@ -27,14 +43,14 @@ class ChatOutSerializer(serializers.ModelSerializer[Chat]):
 
 class ChatInSerializer(StrictSerializer):
     title = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
-    model = StrictCharField(max_length=201, required=False, allow_blank=True, default="", help_text=MODEL_HELP)
+    model = model_field(allow_blank=True, required=False, default="")
 
 
 class ChatUpdateSerializer(StrictSerializer):
     """A partial update (PATCH): every field is optional, and a field left out keeps its value."""
 
     title = StrictCharField(max_length=200, required=False, allow_blank=True, help_text="The new title.")
-    model = StrictCharField(max_length=201, required=False, allow_blank=True, help_text=MODEL_HELP)
+    model = model_field(allow_blank=True, required=False)
 
 
 class MessageOutSerializer(serializers.ModelSerializer[Message]):
@@ -52,10 +68,9 @@ class MessageCreateSerializer(StrictSerializer):
     """
 
     content = StrictCharField(allow_blank=False, trim_whitespace=False)
-    model = StrictCharField(
-        max_length=201,
-        required=False,
+    model = model_field(
         allow_blank=False,
+        required=False,
         help_text=f"This run's model, which the chat then keeps for its next runs. {MODEL_HELP} Left out: the "
         "chat's model.",
     )

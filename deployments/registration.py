@@ -455,13 +455,34 @@ def prepare_default_deployment(*, force: bool = False) -> str:
         return f"{done}; there is no default deployment to verify"
     if row.status in (DeploymentStatus.DRAINING, DeploymentStatus.RETIRED):
         return f"{done}; {row.key} is {row.status}: left as it is"
-    if row.status == DeploymentStatus.READY and row.checksum and not (rebuilt or force):
+    moved = _follow_the_settings(row)
+    if row.status == DeploymentStatus.READY and row.checksum and not (rebuilt or force or moved):
         return f"{done}; {row.key} already ready (sha256 {row.checksum[:12]}…)"
     local = row.local_path or engine.model_path
     if not (Path(local).is_absolute() or local.startswith(".")):
         return _ready_unverified(row, local, done)
     _verify_in_place(row, Path(local), expect="")
     return f"{done}; {row.key} ready (sha256 {row.checksum[:12]}…)"
+
+
+def _follow_the_settings(row: ModelDeployment) -> bool:
+    """The migrated default deployment (the packaged model, or ``ENGINE_MODEL``'s folder) follows the settings it
+    was made from: after ``MODEL_CACHE_DIR`` or ``ENGINE_MODEL`` changed, it points at their folder again (verified
+    next). A deployment registered by hand keeps its own copy. True when it moved."""
+    engine = settings.ENGINE
+    from_settings = row.source_kind == SourceKind.PACKAGED or (
+        row.source_kind == SourceKind.PATH and row.source_path == row.local_path
+    )
+    if not from_settings or row.local_path == engine.model_path:
+        return False
+    if row.source_kind == SourceKind.PACKAGED and Path(row.local_path).name != engine.default_model_dir.name:
+        return False  # a packaged version copied into a folder of its own (``name@version``) by deployment_register
+    row.local_path = engine.model_path
+    row.source_kind = SourceKind.PATH if engine.model else SourceKind.PACKAGED
+    row.source_path = engine.model
+    row.save(update_fields=["local_path", "source_kind", "source_path", "updated_at"])
+    forget_cached()
+    return True
 
 
 def _ready_unverified(row: ModelDeployment, model: str, done: str) -> str:

@@ -301,7 +301,7 @@ def _generate_claimed(*, run_id: int, runtime: WorkerRuntime, engine_priority: i
     if resumed is not None:
         status["continued_from_tokens"] = resumed.tokens
         logger.info("run %s: attempt %s continues from %s streamed tokens", run_id, attempt, resumed.tokens)
-    elif writer.seq > 0:
+    elif run.recovery == Recovery.RESTARTED:  # an earlier attempt's text, if any, is dropped by clients
         writer.append(StreamEvent.RESET, {"attempt": attempt})
     writer.append(StreamEvent.STATUS, status)
     resumed_tokens = resumed.tokens if resumed is not None else 0

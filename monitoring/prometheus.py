@@ -129,7 +129,10 @@ def _worker_families() -> Iterator[Metric]:
     beats = worker_heartbeats()
     now = time.time()
     up = GaugeMetricFamily(
-        "chat_worker_up", "A live worker (its heartbeat has not expired).", labels=["worker", "model"]
+        "chat_worker_up",
+        "A live worker (its heartbeat has not expired), with the deployment it serves and its state there "
+        "(ready, draining, drained).",
+        labels=["worker", "model", "deployment", "state"],
     )
     gauges = {
         "slots": GaugeMetricFamily(
@@ -162,7 +165,7 @@ def _worker_families() -> Iterator[Metric]:
         labels = [beat.worker]
         prefix_queries.add_metric(labels, beat.prefix_cache_queries)
         prefix_hits.add_metric(labels, beat.prefix_cache_hits)
-        up.add_metric([beat.worker, beat.model], 1)
+        up.add_metric([beat.worker, beat.model, beat.deployment, str(beat.state)], 1)
         gauges["slots"].add_metric(labels, beat.max_slots)
         gauges["running"].add_metric(labels, beat.running)
         gauges["waiting"].add_metric(labels, beat.waiting)

@@ -76,13 +76,21 @@ class DispatcherFigures:
         fields[f"queue_wait_sum|{tier}"] = fields.get(f"queue_wait_sum|{tier}", 0.0) + waited_s
         fields[f"queue_wait_count|{tier}"] = fields.get(f"queue_wait_count|{tier}", 0) + 1
 
-    def ticked(self, gates: Mapping[str, bool], spreads: Mapping[str, float]) -> None:
+    def ticked(
+        self,
+        gates: Mapping[str, bool],
+        spreads: Mapping[str, float],
+        deployment_gates: Mapping[tuple[str, str], bool] | None = None,
+    ) -> None:
+        """Writes each deployment's gates (``deployment_gates``; without any, the gates of all the workers together
+        under ``self.deployment``)."""
         now = self.clock()
         if now - self._written_at < self.write_interval_s:
             return
         self._written_at = now
         pending, self._pending = self._pending, {}
-        state: dict[FieldT, EncodableT] = {f"gate|{tier}|{self.deployment}": int(o) for tier, o in gates.items()}
+        by_deployment = deployment_gates or {(tier, self.deployment): o for tier, o in gates.items()}
+        state: dict[FieldT, EncodableT] = {f"gate|{tier}|{dep}": int(o) for (tier, dep), o in by_deployment.items()}
         state.update({f"spread|{tier}": round(float(v), 1) for tier, v in spreads.items()})
         state["written_at"] = time.time()
         try:

@@ -63,9 +63,13 @@ class RolloutThresholds:
     the users' choice and are not counted)."""
     max_ttft_p99_ratio: float = 2.0
     """A step fails when the target's TTFT p99 is more than this many times the old version's over the same window;
-    judged only when both have at least ``min_runs`` runs with a first token in it."""
+    judged only when both have at least ``min_ttft_runs`` runs with a first token in it."""
     min_runs: int = 5
     """Runs that must end (done or failed) on the target during a step before it is judged."""
+    min_ttft_runs: int = 20
+    """Runs with a first token each version needs in a step before their TTFT p99 are compared: the p99 of fewer
+    is about their slowest run, and one slow first token on a busy host must not roll a rollout back (the rollout
+    benchmark's quick run did, at 3 runs a side)."""
     step_wait_s: float = 30.0
     """The least time a step holds, however many runs end sooner."""
     step_timeout_s: float = 600.0
@@ -87,8 +91,8 @@ class RolloutThresholds:
             found.append("max_failed_rate must be between 0 and 1")
         if self.max_ttft_p99_ratio <= 0:
             found.append("max_ttft_p99_ratio must be above 0")
-        if self.min_runs < 1:
-            found.append("min_runs must be at least 1")
+        if self.min_runs < 1 or self.min_ttft_runs < 1:
+            found.append("min_runs and min_ttft_runs must be at least 1")
         if self.step_wait_s < 0 or self.step_timeout_s < self.step_wait_s:
             found.append("step_wait_s must be at least 0 and step_timeout_s at least step_wait_s")
         return found
@@ -389,8 +393,8 @@ def judge(health: StepHealth, thresholds: RolloutThresholds) -> tuple[bool, str]
         )
     if (
         baseline is not None
-        and target.with_first_token >= thresholds.min_runs
-        and baseline.with_first_token >= thresholds.min_runs
+        and target.with_first_token >= thresholds.min_ttft_runs
+        and baseline.with_first_token >= thresholds.min_ttft_runs
         and target.ttft_p99_ms is not None
         and baseline.ttft_p99_ms
     ):

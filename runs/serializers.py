@@ -11,6 +11,7 @@ from rest_framework import serializers
 
 from chats.models import Chat
 from chats.serializers import ChatOutSerializer
+from deployments.registry import deployment_by_id
 from runs.models import Run
 from scheduling.store import Position
 
@@ -26,6 +27,9 @@ class RunOutSerializer(serializers.ModelSerializer[Run]):
     estimated_wait_s = serializers.SerializerMethodField(
         help_text="While queued: seconds until dispatch at the recent dispatch rate (null when unknown)."
     )
+    deployment = serializers.SerializerMethodField(
+        help_text="The `name@version` the run is routed to and served by (null: one from before versioning)."
+    )
 
     class Meta:
         model = Run
@@ -37,6 +41,8 @@ class RunOutSerializer(serializers.ModelSerializer[Run]):
             "user_message",
             "assistant_message",
             "model",
+            "deployment",
+            "recovery",
             "max_tokens",
             "temperature",
             "top_p",
@@ -63,6 +69,10 @@ class RunOutSerializer(serializers.ModelSerializer[Run]):
     def get_estimated_wait_s(self, run: Run) -> float | None:
         pos = self._position(run)
         return pos.estimated_wait_s if pos is not None else None
+
+    def get_deployment(self, run: Run) -> str | None:
+        served = deployment_by_id(run.deployment_id)  # the registry's snapshot: no query per run
+        return served.key if served is not None else None
 
     def get_stream_url(self, run: Run) -> str:
         return reverse("run-stream", kwargs={"run_id": run.pk})

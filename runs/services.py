@@ -356,13 +356,14 @@ def run_recovery_of(run: Run, streamed: StreamedAnswer | None) -> tuple[Recovery
     """How the next attempt of ``run`` (not yet counted in ``run.attempts``) goes on from the earlier ones, and
     the output tokens it continues from: ``continued`` from the answer its stream shows when there is one to go
     on from (some text, its start still in the stream) and the run allows it (:func:`run_continuation_blocker`);
-    ``restarted`` when an earlier attempt was started, or its stream holds events, but it cannot continue; none
-    for a first attempt on an empty stream."""
+    ``restarted`` when an earlier attempt was started, or its stream holds an answer, but it cannot continue; none
+    for a first attempt (the ``queued`` status events the dispatcher writes while a run waits are no answer)."""
+    earlier = run.attempts > 0 or (streamed is not None and bool(streamed.text or streamed.tokens))
+    if not earlier:
+        return Recovery.NONE, 0
     if streamed is not None and streamed.text and streamed.intact and run_continuation_blocker(run) is None:
         return Recovery.CONTINUED, streamed.tokens
-    if streamed is not None or run.attempts > 0:
-        return Recovery.RESTARTED, 0
-    return Recovery.NONE, 0
+    return Recovery.RESTARTED, 0
 
 
 def run_mark_first_token(*, run_id: int, attempt: int) -> None:

@@ -112,9 +112,16 @@ class DispatchObserver(Protocol):
         """``run`` was sent after ``waited_s`` seconds in the scheduler's queue (enqueue to dispatch)."""
         ...
 
-    def ticked(self, gates: Mapping[str, bool], spreads: Mapping[str, float]) -> None:
-        """A tick ended; ``gates``: whether each tier's gate admits a run now (from a user below their share);
-        ``spreads``: each tier's :meth:`FairPolicy.counter_spread` (VTC's service difference, tokens)."""
+    def ticked(
+        self,
+        gates: Mapping[str, bool],
+        spreads: Mapping[str, float],
+        deployment_gates: Mapping[tuple[str, str], bool],
+    ) -> None:
+        """A tick ended; ``gates``: whether each tier's gate admits a run now (from a user below their share) on
+        all the workers together; ``deployment_gates``: the same per ``(tier, deployment)``, on that deployment's
+        workers (what a run of it is gated on); ``spreads``: each tier's :meth:`FairPolicy.counter_spread` (VTC's
+        service difference, tokens)."""
         ...
 
 
@@ -226,8 +233,15 @@ class Dispatcher:
                 self.deployment_loads[run.deployment] = _one_more(self._load_of(run.deployment))
         self.store.save_policy(self.policy.to_dict())
         if self.observer is not None:
-            gates = {tier: self.gate.admits(tier, load) for tier in self.store.tiers if tier in self.gate.gates}
-            self._observe(partial(self.observer.ticked, gates, self.policy.counter_spread()))
+            tiers = [tier for tier in self.store.tiers if tier in self.gate.gates]
+            gates = {tier: self.gate.admits(tier, load) for tier in tiers}
+            by_deployment = {
+                (tier, deployment): self.gate.admits(tier, own)
+                for deployment, own in self.deployment_loads.items()
+                if deployment
+                for tier in tiers
+            }
+            self._observe(partial(self.observer.ticked, gates, self.policy.counter_spread(), by_deployment))
         if self.clock() - self._last_positions_at >= self.settings.positions_interval_s:
             self.refresh_positions()
         if self.housekeeping is not None and (

@@ -169,7 +169,8 @@ def test_create_chat_with_an_unserved_version_is_a_404(api: APIClient, v1: Model
 def test_create_chat_with_a_malformed_model_is_a_400(api: APIClient, model: str) -> None:
     resp = api.post("/api/chats", {"model": model}, format="json")
     assert resp.status_code == 400
-    assert resp.json()["error"]["code"] == "invalid_model"
+    error = resp.json()["error"]
+    assert error["code"] == "invalid" and "name@version" in error["fields"]["model"][0]  # the schema's pattern
     assert not Chat.objects.exists()
 
 

@@ -22,6 +22,8 @@ from rest_framework.test import APIClient
 
 from accounts.models import User
 from chats.models import Message
+from deployments.models import ModelDeployment
+from deployments.registry import forget_cached
 from runs.models import Run, RunStatus
 from tests.factories import ChatFactory, UserFactory
 from tests.processes import ROOT, child_env, free_port, stop_process_group
@@ -34,6 +36,9 @@ def model_not_there(settings: Settings, tmp_path: Path) -> Path:
     """The served model points at a folder that ``prepare_model`` has not written yet."""
     missing = tmp_path / "models" / "SmolLM2-135M-Instruct"
     settings.ENGINE = dataclasses.replace(settings.ENGINE, model=str(missing))
+    # The default deployment's copy is what a prompt is tokenized with.
+    ModelDeployment.objects.filter(is_default=True).update(local_path=str(missing))
+    forget_cached()
     return missing
 
 
@@ -143,6 +148,8 @@ def test_a_stack_started_while_the_model_is_prepared_answers_503_then_202(
     cache.mkdir()
     port = free_port()
     base = f"http://127.0.0.1:{port}"
+    # The default deployment lives in this cache now (prepare_model re-points it when MODEL_CACHE_DIR changes).
+    ModelDeployment.objects.filter(is_default=True).update(local_path=str(cache / "SmolLM2-135M-Instruct"))
     proc = _start_web(port, MODEL_CACHE_DIR=str(cache))
     try:
         _wait_listening(f"{base}/healthz", proc)

@@ -299,7 +299,9 @@ def test_prepare_model_verifies_the_default_deployment_in_place(model_cache: Pat
 
     default = ModelDeployment.objects.get(is_default=True)
     assert default.status == DeploymentStatus.READY and default.checksum == default_checksum
-    assert Path(default.local_path) == REAL_DEFAULT_DIR and cache_entries(model_cache) == []
+    # It follows MODEL_CACHE_DIR (here a folder linking the real model): verified where the settings say it is.
+    assert default.local_path == django_settings.ENGINE.model_path and cache_entries(model_cache) == []
+    assert Path(default.local_path).resolve() == REAL_DEFAULT_DIR.resolve()
     assert "already present" in out.getvalue() and f"{default.key} ready" in out.getvalue()
     assert "already ready" in prepare_default_deployment()  # not hashed again at every worker start
 

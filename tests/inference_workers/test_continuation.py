@@ -394,3 +394,33 @@ def test_streamed_answer_reads_the_text_since_the_last_reset(clean_redis: redis.
         text="kept too", tokens=2, logprobs=[lp, lp], prompt_tokens=8, intact=True
     )
     assert streamed_answer(33) == StreamedAnswer(text="", tokens=0, logprobs=[], prompt_tokens=None, intact=True)
+
+
+def test_a_first_attempt_after_queued_status_events_is_no_recovery(sim_runtime: WorkerRuntime) -> None:
+    """The dispatcher writes ``queued`` status events (position, wait) while a run waits: they are no answer, so the
+    first attempt neither resets the stream nor records a recovery (the rollout benchmark caught both)."""
+    run = RunFactory.create(max_tokens=8, temperature=0.0)
+    RunStreamWriter(run.pk).append(StreamEvent.STATUS, {"status": "queued", "queue_position": 1, "estimated_wait_s": 1})
+    assert generate_run(run_id=run.pk, runtime=sim_runtime) == RunStatus.DONE
+    run.refresh_from_db()
+    entries = stream_of(run)
+    assert StreamEvent.RESET not in [e.event for e in entries]
+    assert (run.recovery, run.resumed_tokens, run.attempts) == (Recovery.NONE, 0, 1)
+
+
+def test_with_continuation_off_a_requeued_run_restarts(
+    sim_runtime: WorkerRuntime,
+    second_runtime: WorkerRuntime,
+    monkeypatch: pytest.MonkeyPatch,
+    every_token_flushed: None,
+    settings: Settings,
+) -> None:
+    settings.DEPLOYMENTS = dataclasses.replace(settings.DEPLOYMENTS, continue_runs=False)
+    run = RunFactory.create(max_tokens=32, temperature=0.0)
+    _attempt_dies_mid_answer(run, sim_runtime, monkeypatch)
+    assert generate_run(run_id=run.pk, runtime=second_runtime) == RunStatus.DONE
+    run = Run.objects.select_related("assistant_message").get(pk=run.pk)
+    entries = stream_of(run)
+    assert [e.event for e in entries].count(StreamEvent.RESET) == 1
+    assert run.recovery == Recovery.RESTARTED and run.resumed_tokens == 0
+    assert run.assistant_message is not None and run.assistant_message.content == text_after_last_reset(entries)

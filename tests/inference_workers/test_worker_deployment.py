@@ -25,8 +25,8 @@ from inference_workers.deployment import (
 )
 from inference_workers.engine.simulated import SimulatedEngine
 from inference_workers.runtime import WorkerRuntime
-from scheduling.affinity import worker_queue
 from runs.models import Run, RunStatus
+from scheduling.affinity import worker_queue
 from tests.deployment_helpers import add_version, no_ready_worker
 from tests.factories import RunFactory
 from tests.inference_workers.conftest import fast_sim_config, wait_for

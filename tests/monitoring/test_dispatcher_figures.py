@@ -30,6 +30,8 @@ from tests.monitoring.test_metrics import scrape, value
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("clean_redis")]
 
 MODEL = settings.ENGINE.served_model_name
+DEPLOYMENT = f"{MODEL}@v1"
+"""The default deployment: the gates are reported per deployment, on its workers."""
 
 
 def _heartbeat(*, running: int, waiting: int) -> None:
@@ -44,6 +46,7 @@ def _heartbeat(*, running: int, waiting: int) -> None:
         tpot_s=0.05,
         active_runs=running,
         updated_at=time.time(),
+        deployment=DEPLOYMENT,
     )
     write_heartbeat(beat, ttl_s=30, client=get_redis())
 
@@ -76,8 +79,8 @@ def test_a_tick_records_decisions_queue_wait_and_gates_and_metrics_shows_them(
     assert waited is not None and 0 <= waited <= dispatched_at - run.created_at.timestamp()
     assert value(samples, "chat_scheduler_queue_wait_seconds_bucket", tier="pro", le="+Inf") == 1
     for tier in ("pro", "plus", "free"):
-        assert value(samples, "chat_dispatcher_gate_open", tier=tier, deployment=MODEL) == 1
-    assert value(samples, "chat_dispatcher_gate_open", tier="batch", deployment=MODEL) in (0, 1)
+        assert value(samples, "chat_dispatcher_gate_open", tier=tier, deployment=DEPLOYMENT) == 1
+    assert value(samples, "chat_dispatcher_gate_open", tier="batch", deployment=DEPLOYMENT) in (0, 1)
     # One backlogged user at most in every tier: no service difference.
     assert value(samples, "chat_scheduler_service_spread_tokens", tier="pro") == 0
     age = value(samples, "chat_dispatcher_figures_age_seconds")
@@ -88,14 +91,14 @@ def test_a_tick_records_decisions_queue_wait_and_gates_and_metrics_shows_them(
     # The engines fill up: the gates close. Within a second of the last write nothing is written...
     _heartbeat(running=8, waiting=6)
     dispatcher.tick()
-    assert value(scrape(), "chat_dispatcher_gate_open", tier="pro", deployment=MODEL) == 1
+    assert value(scrape(), "chat_dispatcher_gate_open", tier="pro", deployment=DEPLOYMENT) == 1
     # ...then the next tick records it.
     assert isinstance(dispatcher.observer, DispatcherFigures)
     dispatcher.observer.write_interval_s = 0.0
     dispatcher.tick()
     closed = scrape()
     for tier in ("pro", "plus", "free", "batch"):
-        assert value(closed, "chat_dispatcher_gate_open", tier=tier, deployment=MODEL) == 0
+        assert value(closed, "chat_dispatcher_gate_open", tier=tier, deployment=DEPLOYMENT) == 0
     assert value(closed, "chat_dispatcher_decisions_total", tier="pro") == 1
 
 
@@ -111,7 +114,12 @@ class RecordingObserver:
             raise RuntimeError("observer down")
         self.decisions.append((run.run_id, waited_s))
 
-    def ticked(self, gates: Mapping[str, bool], spreads: Mapping[str, float]) -> None:
+    def ticked(
+        self,
+        gates: Mapping[str, bool],
+        spreads: Mapping[str, float],
+        deployment_gates: Mapping[tuple[str, str], bool] | None = None,
+    ) -> None:
         if self.fail:
             raise RuntimeError("observer down")
         self.gates.append(dict(gates))

@@ -108,14 +108,15 @@ def test_worker_heartbeats_become_gauges(runtime: WorkerRuntime) -> None:
     runtime.beat()
     samples = scrape()
     engine = runtime.host.engine
-    assert value(samples, "chat_worker_up", worker="metrics@test", model=engine.model_name) == 1
+    up = {"worker": "metrics@test", "model": engine.model_name, "deployment": "", "state": "ready"}
+    assert value(samples, "chat_worker_up", **up) == 1
     assert value(samples, "chat_worker_slots", worker="metrics@test") == engine.max_num_seqs
     assert value(samples, "chat_worker_running", worker="metrics@test") == 0
     assert value(samples, "chat_worker_prefix_cache_queries_total", worker="metrics@test") == 0
     age = value(samples, "chat_worker_heartbeat_age_seconds", worker="metrics@test")
     assert age is not None and 0 <= age < 5
     get_redis().delete(f"worker:heartbeat:{runtime.worker_name}")
-    assert value(scrape(), "chat_worker_up", worker="metrics@test", model=engine.model_name) is None
+    assert value(scrape(), "chat_worker_up", **up) is None
 
 
 @pytest.mark.usefixtures("clean_redis")

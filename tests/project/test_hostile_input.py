@@ -135,7 +135,7 @@ def test_unknown_fields_on_a_prompt_are_400_naming_them(api: APIClient, user: Us
     body = {"content": "hi", "ignore_eos": True, "logprobs": True, "stop": ["\n"]}
     error = _error(api.post(f"/api/chats/{chat.pk}/messages", body, format="json"), 400, "invalid")
     accepted = (
-        "is not a field of this request; it accepts content, max_tokens, temperature, top_p, stop, seed, "
+        "is not a field of this request; it accepts content, model, max_tokens, temperature, top_p, stop, seed, "
         "response_format."
     )
     assert error["fields"] == {"ignore_eos": [accepted], "logprobs": [accepted]}

@@ -158,7 +158,8 @@ def test_dispatcher_sends_queued_runs_to_their_tier_queue(api: APIClient, user: 
     # vLLM's priority: the free tier's (2) x 10, then the user's band: no worker reports slots, so a user's
     # share is one run; nothing in flight is band 0, one run in flight already band 1.
     assert sent == [(first, "free", 20), (second, "free", 21)]
-    assert deployments == [Run.objects.get(pk=first).deployment.key] * 2  # each goes to its deployment's queues
+    served = Run.objects.select_related("deployment").get(pk=first).deployment
+    assert served is not None and deployments == [served.key] * 2  # each goes to its deployment's queues
     assert Run.objects.get(pk=first).status == RunStatus.QUEUED  # the worker marks it streaming
 
 

@@ -23,6 +23,8 @@ from runs.rollouts import (
     RolloutConflict,
     RolloutRefused,
     RolloutThresholds,
+    StepHealth,
+    VersionFigures,
     apply_step,
     drain_status,
     judge,
@@ -37,7 +39,7 @@ from tests.factories import ChatFactory, RunFactory
 
 pytestmark = pytest.mark.django_db
 
-FAST = RolloutThresholds(step_wait_s=30.0, step_timeout_s=120.0, min_runs=5)
+FAST = RolloutThresholds(step_wait_s=30.0, step_timeout_s=120.0, min_runs=5, min_ttft_runs=5)
 
 
 @pytest.fixture
@@ -249,7 +251,7 @@ def test_step_health_counts_the_runs_created_since_the_step_began(v1: ModelDeplo
 def test_judge_passes_a_timed_out_step_only_when_nothing_failed(v1: ModelDeployment, chat: Chat) -> None:
     add_version("v2")
     started = rollout_start(name=v1.name, to_version="v2", thresholds=FAST)
-    lenient = RolloutThresholds(max_failed_rate=1.0, min_runs=5)
+    lenient = RolloutThresholds(max_failed_rate=1.0, min_runs=5, min_ttft_runs=5)
     since = timezone.now()
     make_runs(started.to_deployment, 2, chat=chat)
 
@@ -492,3 +494,25 @@ def test_retire_command_prints_what_it_retired(v1: ModelDeployment) -> None:
     out = io.StringIO()
     call_command("retire_deployments", "--idle-s", "3600", stdout=out)
     assert out.getvalue().strip() == "nothing to retire"
+
+
+def _figures(key: str, runs: int, p99_ms: float) -> VersionFigures:
+    return VersionFigures(
+        key=key,
+        ended=runs,
+        failed=0,
+        cancelled=0,
+        in_flight=0,
+        with_first_token=runs,
+        ttft_p50_ms=p99_ms / 2,
+        ttft_p99_ms=p99_ms,
+    )
+
+
+def test_ttft_p99s_of_a_few_runs_are_not_compared() -> None:
+    """The p99 of a handful of runs is their slowest one: noise on a busy host must not roll a rollout back."""
+    few = StepHealth(since=timezone.now(), target=_figures("m@v2", 5, 2500.0), baseline=_figures("m@v1", 5, 400.0))
+    ok, reason = judge(few, RolloutThresholds(min_runs=5))  # min_ttft_runs: 20 by default
+    assert ok and "TTFT not compared" in reason
+    ok, reason = judge(few, RolloutThresholds(min_runs=5, min_ttft_runs=5))
+    assert not ok and "TTFT p99 ratio 6.25" in reason

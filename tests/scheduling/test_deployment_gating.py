@@ -62,3 +62,25 @@ def test_a_deployment_with_no_worker_uses_the_fallback_cap_on_its_own_runs(store
     d = make_dispatcher(store, samples, sent, clock)
     d.tick()
     assert len(sent) == 3  # GATE.fallback_max_in_flight: v1's idle slots are not v2's
+
+
+class Gates:
+    def __init__(self) -> None:
+        self.by_deployment: list[dict[tuple[str, str], bool]] = []
+
+    def decided(self, run: QueuedRun, *, waited_s: float) -> None:
+        pass
+
+    def ticked(self, gates: object, spreads: object, deployment_gates: dict[tuple[str, str], bool]) -> None:
+        self.by_deployment.append(dict(deployment_gates))
+
+
+def test_the_gates_are_reported_per_deployment(store: QueueStore) -> None:  # noqa: F811
+    clock, sent, observer = FakeClock(), list[QueuedRun](), Gates()
+    samples = [
+        EngineSample(slots=2, running=2, waiting=3, tpot_s=0.1, updated_at=clock.now, deployment=V1),
+        EngineSample(slots=8, running=0, waiting=0, tpot_s=None, updated_at=clock.now, deployment=V2),
+    ]
+    make_dispatcher(store, samples, sent, clock, observer=observer).tick()
+    assert observer.by_deployment[-1][("free", V1)] is False  # 3 waiting: above free's max_waiting of 1
+    assert observer.by_deployment[-1][("free", V2)] is True

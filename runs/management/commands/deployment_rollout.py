@@ -48,6 +48,12 @@ class Command(BaseCommand):
             default=_DEFAULTS.max_ttft_p99_ratio,
             help="Target's TTFT p99 over the old version's allowed.",
         )
+        parser.add_argument(
+            "--min-ttft-runs",
+            type=int,
+            default=_DEFAULTS.min_ttft_runs,
+            help="Runs with a first token each version needs in a step before their TTFT p99 are compared.",
+        )
         parser.add_argument("--poll", type=float, default=2.0, help="Seconds between looks at the step's runs.")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -55,6 +61,7 @@ class Command(BaseCommand):
             max_failed_rate=options["max_failed_rate"],
             max_ttft_p99_ratio=options["max_ttft_ratio"],
             min_runs=options["min_runs"],
+            min_ttft_runs=options["min_ttft_runs"],
             step_wait_s=options["step_wait"],
             step_timeout_s=options["step_timeout"],
         )
