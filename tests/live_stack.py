@@ -217,7 +217,7 @@ def run_live_stack(
                     "dispatcher", [sys.executable, str(ROOT / "manage.py"), "run_dispatcher"], env
                 )
         base_url = f"http://127.0.0.1:{port}"
-        wait_http(base_url + "/healthz", processes["web"], timeout_s=30, what=f"the web process ({LOGS})")
+        wait_http(base_url + "/healthz", processes["web"], timeout_s=90, what=f"the web process ({LOGS})")
         for name in worker_names:
             _wait_log(name, processes[name], "ready.", timeout_s=worker_ready_s)
         with django_db_blocker.unblock():  # type: ignore[attr-defined]

@@ -234,7 +234,7 @@ def test_the_engines_vllm_metrics_are_merged_into_the_webs_metrics(engine_worker
         for s in family.samples
         if s.name == "vllm:generation_tokens_total" and s.labels.get("worker") == engine_worker
     ]
-    assert sample.labels["deployment"] == settings.ENGINE.served_model_name
+    assert sample.labels["deployment"] == f"{settings.ENGINE.served_model_name}@v1"  # the default deployment
     assert sample.value >= before + run.output_tokens
 
     # Every vLLM metric the Grafana dashboard queries is there (the chat_* ones: tests/monitoring/test_dashboard.py).

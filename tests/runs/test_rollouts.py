@@ -484,6 +484,23 @@ def test_rollout_command_exits_1_on_rollback(v1: ModelDeployment, chat: Chat) ->
     assert weights(v1, v2) == [100, 0]
 
 
+def test_abort_rolls_back_a_rollout_whose_command_died(v1: ModelDeployment) -> None:
+    v2 = add_version("v2")
+    started = rollout_start(name=v1.name, to_version="v2", thresholds=FAST)
+    apply_step(started, 25)  # then the command was killed (SIGKILL): the rollout stays running
+    with pytest.raises(RolloutConflict):
+        rollout_start(name=v1.name, to_version="v2", thresholds=FAST)
+    out = io.StringIO()
+    call_command("deployment_rollout", v1.name, "--abort", stdout=out)
+    assert "rolled back" in out.getvalue() and weights(v1, v2) == [100, 0]
+    aborted = Rollout.objects.get(pk=started.pk)
+    assert aborted.status == RolloutStatus.FAILED and "aborted by the operator" in aborted.reason
+    with pytest.raises(CommandError, match="No rollout of"):
+        call_command("deployment_rollout", v1.name, "--abort", stdout=io.StringIO())
+    with pytest.raises(CommandError, match="--to VERSION"):
+        call_command("deployment_rollout", v1.name, stdout=io.StringIO())
+
+
 def test_retire_command_prints_what_it_retired(v1: ModelDeployment) -> None:
     v2 = add_version("v2", status=DeploymentStatus.DRAINING, drained_at=timezone.now() - timedelta(days=2))
     add_version("v3", weight=0)

@@ -1,7 +1,8 @@
 """``python manage.py deployment_rollout NAME --to VERSION [--steps 10,25,50,100] ...``: a red-black rollout.
 
 Prints each step's figures and verdict; exits 1 with the reason when the rollout is refused or rolled back.
-Interrupting it (Ctrl-C) rolls the weights back (the rollout ends ``failed``).
+Interrupting it (Ctrl-C) rolls the weights back (the rollout ends ``failed``). ``--abort`` rolls back a rollout of
+the name left ``running`` by a command that could not clean up (killed with SIGKILL, its host lost).
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from deployments.models import RolloutStatus
-from runs.rollouts import DEFAULT_STEPS, RolloutRefused, RolloutThresholds, run_rollout
+from deployments.models import Rollout, RolloutStatus
+from runs.rollouts import DEFAULT_STEPS, RolloutRefused, RolloutThresholds, rollback, run_rollout
 
 _DEFAULTS = RolloutThresholds()
 
@@ -30,7 +31,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name", help="The model name whose traffic moves.")
-        parser.add_argument("--to", required=True, dest="version", help="The version that takes the traffic.")
+        parser.add_argument("--to", dest="version", help="The version that takes the traffic.")
+        parser.add_argument(
+            "--abort",
+            action="store_true",
+            help="Roll back the name's running rollout (one whose command died) instead of starting one.",
+        )
         parser.add_argument("--steps", default=",".join(map(str, DEFAULT_STEPS)), help="Target weights in percent.")
         parser.add_argument("--step-wait", type=float, default=_DEFAULTS.step_wait_s, help="Least seconds per step.")
         parser.add_argument(
@@ -57,6 +63,11 @@ class Command(BaseCommand):
         parser.add_argument("--poll", type=float, default=2.0, help="Seconds between looks at the step's runs.")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["abort"]:
+            self._abort(options["name"])
+            return
+        if not options["version"]:
+            raise CommandError("Say which version takes the traffic: --to VERSION (or --abort).")
         thresholds = RolloutThresholds(
             max_failed_rate=options["max_failed_rate"],
             max_ttft_p99_ratio=options["max_ttft_ratio"],
@@ -78,3 +89,10 @@ class Command(BaseCommand):
             raise CommandError(f"Refused: {exc.message}") from exc
         if rollout.status != RolloutStatus.SUCCEEDED:
             raise CommandError(f"Rolled back: {rollout.reason}")
+
+    def _abort(self, name: str) -> None:
+        running = Rollout.objects.filter(name=name, status=RolloutStatus.RUNNING).first()
+        if running is None:
+            raise CommandError(f"No rollout of {name!r} is running.")
+        rolled = rollback(running, "aborted by the operator (deployment_rollout --abort)", status=RolloutStatus.FAILED)
+        self.stdout.write(f"rollout {rolled.pk} of {name}: rolled back, weights as before it started")
