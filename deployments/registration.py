@@ -16,7 +16,6 @@ import hashlib
 import json
 import logging
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,13 @@ from django.db.utils import OperationalError, ProgrammingError
 from django.utils import timezone
 
 from core.errors import DomainError
-from deployments.materialize import READY_MARKER, ModelPreparationError, is_prepared, prepare_default_model
+from deployments.materialize import (
+    READY_MARKER,
+    ModelPreparationError,
+    is_prepared,
+    prepare_default_model,
+    write_staged,
+)
 from deployments.models import DeploymentStatus, ModelDeployment, SourceKind, deployment_key, name_validator
 from deployments.registry import forget_cached
 
@@ -267,19 +272,12 @@ def _copy_verified(source: Path, target: Path) -> str:
     """Copies ``source`` to a staging sibling of ``target``, verifies it there, then renames it into place."""
     if not source.is_dir():
         raise RegistrationError(f"The source folder {source} does not exist any more: restore it or register again.")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    try:
+
+    def copy_and_verify(staging: Path) -> str:
         shutil.copytree(source, staging, dirs_exist_ok=True, ignore=shutil.ignore_patterns(READY_MARKER))
-        checksum = verify_model_folder(staging)
-        staging.chmod(0o755)
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return checksum
+        return verify_model_folder(staging)
+
+    return write_staged(target, copy_and_verify)
 
 
 def _verify_in_place(row: ModelDeployment, folder: Path, *, expect: str) -> ModelDeployment:
