@@ -14,8 +14,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.errors import error_response
-from core.fields import StrictCharField
-from core.serializers import StrictSerializer
+from core.http.fields import StrictCharField
+from core.http.serializers import StrictSerializer
 
 
 class TokenInSerializer(StrictSerializer):

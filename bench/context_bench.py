@@ -383,7 +383,7 @@ METRICS_PORTS: dict[str, int] = {}
 
 def read_counters(after: float) -> Counters:
     """Both workers' counters from heartbeats written after ``after`` (Unix time): nothing of a round is missed."""
-    from core.worker_contract import worker_heartbeats
+    from generation.worker_contract import worker_heartbeats
 
     deadline = time.monotonic() + 30
     while True:
@@ -464,7 +464,7 @@ def route_reasons(log: Path) -> dict[str, int]:
 
 def post_and_wait(posts: list[tuple[Any, Any, str]], *, max_tokens: int, timeout_s: float = 600) -> list[TurnRow]:
     """Posts one message per ``(chat, user, content)`` at once, as the API does, and waits until all runs end."""
-    from core.sampling import SamplingSpec
+    from generation.sampling import SamplingSpec
     from runs.models import Run
     from runs.services import SamplingRequest, run_create
 

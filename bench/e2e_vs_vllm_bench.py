@@ -136,7 +136,7 @@ def vllm_server_argv(model_path: str, model: str, port: int) -> list[str]:
     """vLLM's server with the engine arguments ``VllmEngine.start`` gives ``AsyncEngineArgs``."""
     from django.conf import settings
 
-    from core.sampling import MAX_TOP_LOGPROBS
+    from generation.sampling import MAX_TOP_LOGPROBS
     from inference_workers.engine.constraints import engine_logits_processors
     from inference_workers.engine.vllm_engine import step_token_budget
 

@@ -53,8 +53,8 @@ def prepare(posts: int) -> tuple[str, list[int], list[tuple[str, int]]]:
     from accounts.models import Tier, User, UserLimitOverride
     from chats.models import Chat
     from core.redis_client import get_redis
-    from core.worker_contract import deployment_ready_key
     from deployments.models import ModelDeployment
+    from generation.worker_contract import deployment_ready_key
     from runs.models import ACTIVE_STATUSES, Run, RunStatus
 
     call_command("migrate", verbosity=0, interactive=False)

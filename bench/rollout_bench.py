@@ -158,7 +158,7 @@ class Stack:
 
     def wait_ready(self, names: list[str], *, timeout_s: float = 600) -> float:
         """Waits until each worker heartbeats ``ready``; returns the seconds it took."""
-        from core.worker_contract import worker_heartbeats
+        from generation.worker_contract import worker_heartbeats
 
         t = time.monotonic()
         pending = set(names)
@@ -737,7 +737,7 @@ def main() -> None:
 
     from accounts.models import Tier
     from accounts.tier_defaults import seed_default_tiers
-    from runs.rollouts import RolloutThresholds
+    from rollouts.health import RolloutThresholds
 
     seed_default_tiers(Tier)
     product = RolloutThresholds()
@@ -841,7 +841,7 @@ def kill_trials(
 ) -> list[KillTrial]:
     """The v1 worker stopped (drained), a second worker of ``key``; the continuation trial; both workers started
     again with ``DEPLOYMENT_CONTINUE_RUNS=false``; the restart trial."""
-    from core.worker_contract import worker_heartbeats
+    from generation.worker_contract import worker_heartbeats
     from runs.models import ACTIVE_STATUSES, Run
 
     deadline = time.monotonic() + 60

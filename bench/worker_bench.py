@@ -88,7 +88,7 @@ def rendered_prompts(concurrency: int, max_tokens: int) -> list[str]:
 
 def direct_wave(host: object, concurrency: int, max_tokens: int) -> Wave:
     prompts = rendered_prompts(concurrency, max_tokens)
-    from core.sampling import SamplingSpec
+    from generation.sampling import SamplingSpec
     from inference_workers.engine.base import GenerationRequest
     from inference_workers.engine.host import EngineHost
 

@@ -16,7 +16,7 @@ from accounts.selectors import request_user
 from chats import selectors, services
 from chats.serializers import ChatInSerializer, ChatOutSerializer
 from core.errors import error_response
-from core.pagination import BAD_PAGE, PAGE_PARAMS, keyset_paginate, page_response, parse_limit
+from core.http.pagination import BAD_PAGE, PAGE_PARAMS, keyset_paginate, page_response, parse_limit
 
 INVALID = {400: error_response("Invalid body: says which field is wrong and why.")}
 

@@ -9,11 +9,11 @@ from django.core.validators import RegexValidator
 from rest_framework import serializers
 
 from chats.models import Chat, Message
-from core.fields import StrictCharField, StrictFloatField, StrictIntegerField
-from core.sampling import INT64_MAX, INT64_MIN, MAX_STOP_SEQUENCES, SamplingError, SamplingSpec, check_sampling
-from core.serializers import StrictSerializer
-from core.structured_outputs import structured_from_request
+from core.http.fields import StrictCharField, StrictFloatField, StrictIntegerField
+from core.http.serializers import StrictSerializer
 from deployments.models import MODEL_SPEC_PATTERN
+from generation.sampling import INT64_MAX, INT64_MIN, MAX_STOP_SEQUENCES, SamplingError, SamplingSpec, check_sampling
+from generation.structured_outputs import structured_from_request
 
 MODEL_HELP = (
     "'name' (each run goes to a ready version of it, by the versions' traffic weights) or 'name@version' (pinned "
@@ -62,7 +62,7 @@ class MessageOutSerializer(serializers.ModelSerializer[Message]):
 class MessageCreateSerializer(StrictSerializer):
     """A prompt. ``content`` is limited to ``CHAT_LIMITS.max_content_chars`` characters (read per request).
 
-    The sampling options are checked as vLLM checks them (``core.sampling``); the validated body carries them
+    The sampling options are checked as vLLM checks them (``generation.sampling``); the validated body carries them
     as ``spec``. Options this endpoint does not take (``ignore_eos``, ``logprobs``...: the OpenAI-compatible
     ``/v1`` takes them) are unknown fields, refused with a 400 instead of being dropped (``StrictSerializer``).
     """

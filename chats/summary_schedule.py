@@ -13,7 +13,7 @@ from django.conf import settings
 from chats.models import Chat, ChatOrigin
 from chats.summary import chat_summary_is_due
 from core.redis_client import get_redis
-from core.worker_contract import SUMMARY_PENDING_TTL_S, deployment_queue, send_summarize, summary_pending_key
+from generation.worker_contract import SUMMARY_PENDING_TTL_S, deployment_queue, send_summarize, summary_pending_key
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
-from core.json_body import JsonBodyError, too_large
+from core.http.json_body import JsonBodyError, too_large
 
 
 class DomainError(Exception):

@@ -20,7 +20,6 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
 
-from core.worker_contract import WorkerHeartbeat, worker_heartbeats
 from deployments.models import ModelDeployment, Rollout
 from deployments.registration import (
     MATERIALIZABLE,
@@ -30,6 +29,7 @@ from deployments.registration import (
     validate_source,
 )
 from deployments.registry import forget_cached
+from generation.worker_contract import WorkerHeartbeat, worker_heartbeats
 
 ACTIVE_RUN_STATUSES = ("queued", "streaming", "cancelling")
 """``runs.models.RunStatus`` values of runs not ended yet (strings: ``deployments`` does not import ``runs``)."""

@@ -28,8 +28,8 @@ from typing import Any
 from django.conf import settings
 
 from core.errors import DomainError
-from core.worker_contract import ready_worker_counts
 from deployments.models import NAME_PATTERN, DeploymentStatus, ModelDeployment, deployment_key
+from generation.worker_contract import ready_worker_counts
 
 _NAME = re.compile(NAME_PATTERN)
 RETRY_AFTER_S = 5

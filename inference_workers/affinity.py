@@ -14,7 +14,7 @@ from typing import Any
 from celery.signals import celeryd_after_setup
 from django.conf import settings
 
-from core.worker_contract import deployment_queue
+from generation.worker_contract import deployment_queue
 from inference_workers.deployment import worker_deployment
 from scheduling.affinity import worker_queue
 

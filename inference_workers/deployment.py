@@ -17,9 +17,9 @@ from typing import Any
 from django.conf import settings
 
 from core.config import EngineConfig
-from core.worker_contract import WorkerState
 from deployments.defaults import DEFAULT_VERSION
 from deployments.models import DeploymentStatus, ModelDeployment, deployment_key
+from generation.worker_contract import WorkerState
 from runs.models import ACTIVE_STATUSES, Run
 
 logger = logging.getLogger(__name__)

@@ -30,7 +30,7 @@ from prometheus_client.registry import Collector
 
 from core.config import EngineConfig, WorkerConfig
 from core.redis_client import get_redis
-from core.worker_contract import (
+from generation.worker_contract import (
     ENGINE_METRIC_FAMILY_PREFIX,
     EngineMetricsSnapshot,
     WorkerHeartbeat,

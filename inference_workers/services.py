@@ -31,8 +31,8 @@ from django.db import connection
 from django.utils import timezone
 
 from core.db_executor import CONNECTION_ERRORS
-from core.generation import EngineFinishReason, GenerationResult
-from core.sampling import SamplingSpec
+from generation.result import EngineFinishReason, GenerationResult
+from generation.sampling import SamplingSpec
 from inference_workers.engine.base import GenerationRequest
 from inference_workers.engine.host import EngineDied, EngineError
 from inference_workers.prompting import build_run_prompt

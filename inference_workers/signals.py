@@ -9,8 +9,8 @@ from celery.signals import worker_init, worker_shutdown
 from django.conf import settings
 
 from core.db_executor import reconnect_after_db_error
-from core.worker_contract import WorkerState
 from deployments.tokenizer import get_tokenizer, serve_model_in_process
+from generation.worker_contract import WorkerState
 from inference_workers.deployment import deployment_engine_config, deployment_state, worker_deployment
 from inference_workers.runtime import start_runtime, stop_runtime
 

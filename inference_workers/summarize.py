@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from core.sampling import SamplingSpec
+from generation.sampling import SamplingSpec
 from inference_workers.engine.base import GenerationRequest
 from inference_workers.engine.host import EngineHost
 from inference_workers.runtime import get_runtime

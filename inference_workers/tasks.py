@@ -12,7 +12,7 @@ from django.conf import settings
 from chats.models import Chat
 from chats.summary import chat_summary_refresh, engine_has_room_for_background
 from core.redis_client import get_redis
-from core.worker_contract import GENERATE_TASK, SUMMARIZE_TASK, summary_pending_key
+from generation.worker_contract import GENERATE_TASK, SUMMARIZE_TASK, summary_pending_key
 from inference_workers.engine.host import EngineDied
 from inference_workers.runtime import get_runtime
 from inference_workers.services import generate_run

@@ -1,7 +1,7 @@
 """The workers' vLLM metrics merged into the web's ``/metrics``, so one scrape target covers the whole system.
 
 Each worker copies its engine's ``vllm:*`` families to Redis every ``WORKER_METRICS_PUBLISH_S`` (the worker
-contract's :class:`~core.worker_contract.EngineMetricsSnapshot`, with a TTL). A scrape reads every snapshot still
+contract's :class:`~generation.worker_contract.EngineMetricsSnapshot`, with a TTL). A scrape reads every snapshot still
 there, parses it back, adds the labels ``worker`` and ``deployment`` to each sample and puts the samples of one
 family from every worker into one family (a family must appear once in an exposition), keeping its type and help.
 A worker whose snapshot expired is simply absent; the scrape never waits on a worker.
@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from core.worker_contract import ENGINE_METRIC_FAMILY_PREFIX, EngineMetricsSnapshot, engine_metrics_snapshots
+from generation.worker_contract import ENGINE_METRIC_FAMILY_PREFIX, EngineMetricsSnapshot, engine_metrics_snapshots
 
 logger = logging.getLogger(__name__)
 

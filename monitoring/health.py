@@ -14,8 +14,8 @@ from django.db import connection
 from django.http import HttpRequest, JsonResponse
 
 from core.redis_client import get_redis
-from core.worker_contract import worker_heartbeats
 from deployments.tokenizer import tokenizer_status
+from generation.worker_contract import worker_heartbeats
 
 
 def healthz(request: HttpRequest) -> JsonResponse:

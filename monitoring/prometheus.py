@@ -31,7 +31,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from core.worker_contract import worker_heartbeats
+from generation.worker_contract import worker_heartbeats
 from monitoring.engine_metrics import engine_families
 from runs.counters import LATENCY_BUCKETS_S, Histogram, RunMetrics, read_run_metrics
 from runs.dispatcher_figures import QUEUE_WAIT_BUCKETS_S, read_dispatcher_figures

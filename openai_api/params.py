@@ -1,6 +1,6 @@
 """The sampling parameters shared by ``/v1/chat/completions`` and ``/v1/completions``, read as vLLM reads them.
 
-Each is checked for its type here and for its range by :func:`core.sampling.check_sampling` (vLLM's own
+Each is checked for its type here and for its range by :func:`generation.sampling.check_sampling` (vLLM's own
 bounds), so a value vLLM would refuse is a 400 naming the parameter, before anything is written. Every
 parameter a body may hold is listed (:data:`SAMPLING_PARAMS` plus each endpoint's own); any other name is a
 400 that names it: a parameter is never accepted and ignored.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from core.sampling import MAX_TOP_LOGPROBS, SamplingError, SamplingSpec, check_sampling
+from generation.sampling import MAX_TOP_LOGPROBS, SamplingError, SamplingSpec, check_sampling
 from openai_api.errors import OpenAIRequestError
 
 MAX_CHOICES = 8

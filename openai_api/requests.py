@@ -2,12 +2,12 @@
 a message naming the parameter to fix.
 
 Accepted: what OpenAI documents for these endpoints and vLLM's server honours, plus vLLM's sampling extensions
-(``openai_api.params``), vLLM's ``structured_outputs`` (``core.structured_outputs``) and this server's
-``constraint`` (a registered batch-level logits processor, ``core.constraints``). Any other parameter is a 400
+(``openai_api.params``), vLLM's ``structured_outputs`` (``generation.structured_outputs``) and this server's
+``constraint`` (a registered batch-level logits processor, ``generation.constraint_spec``). Any other parameter is a 400
 that names it: nothing is accepted and then ignored.
 
-The body itself is read within the bounds of ``core.json_body`` (size 413, nesting depth 400), and every text
-that would be stored is checked for what Postgres cannot hold (a NUL, a lone surrogate: ``core.text``), with
+The body itself is read within the bounds of ``core.http.json_body`` (size 413, nesting depth 400), and every text
+that would be stored is checked for what Postgres cannot hold (a NUL, a lone surrogate: ``core.http.text``), with
 the parameter named (``messages[1].content``).
 """
 
@@ -20,12 +20,12 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest
 
-from core.constraints import check_constraint
-from core.json_body import JsonBodyError, parse_json, too_large
-from core.sampling import SamplingError
-from core.structured_outputs import structured_from_request
-from core.text import text_problem
+from core.http.json_body import JsonBodyError, parse_json, too_large
+from core.http.text import text_problem
 from deployments.tokenizer import vocab_size
+from generation.constraint_spec import check_constraint
+from generation.sampling import SamplingError
+from generation.structured_outputs import structured_from_request
 from openai_api.errors import OpenAIRequestError
 from openai_api.params import (
     SAMPLING_PARAMS,

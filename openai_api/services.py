@@ -17,9 +17,9 @@ from django.db import transaction
 
 from accounts.models import User
 from chats.models import Chat, ChatOrigin, Message, MessageRole
-from core.sampling import SamplingSpec
 from deployments.registry import Served
 from deployments.tokenizer import count_tokens
+from generation.sampling import SamplingSpec
 from openai_api.requests import ChatCompletionRequest, CompletionRequest
 from runs.models import PromptMode, Run
 from runs.services import SamplingRequest, run_cancel, run_create

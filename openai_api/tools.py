@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from core.sampling import SamplingError
-from core.structured_outputs import SCHEMA_NAME, check_compiles, check_storable, structured_from_request
-from core.text import echo, text_problem
+from core.http.text import echo, text_problem
+from generation.sampling import SamplingError
+from generation.structured_outputs import SCHEMA_NAME, check_compiles, check_storable, structured_from_request
 
 SUPPORTED_TOOL_CALL_PARSERS: frozenset[str] = frozenset()
 """Tool-call parsers this server can run for ``tool_choice: "auto"``: none yet (see the module docstring)."""
@@ -257,7 +257,7 @@ def parse_tools(body: dict[str, Any], *, tool_call_parser: str = "") -> ToolRequ
 
 def request_structured_outputs(body: dict[str, Any], tools: ToolRequest) -> dict[str, Any] | None:
     """The run's ``SamplingSpec.structured_outputs``: the tools' constraint when a tool is forced, else the body's
-    ``response_format`` / ``structured_outputs`` (:func:`core.structured_outputs.structured_from_request`).
+    ``response_format`` / ``structured_outputs`` (:func:`generation.structured_outputs.structured_from_request`).
 
     As vLLM: a forced tool overrides ``response_format`` (which is still checked for shape); ``structured_outputs``
     with ``json``/``regex``/``choice`` and a named ``tool_choice`` is a 400 ("not both").

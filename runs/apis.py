@@ -14,7 +14,7 @@ from chats import selectors as chat_selectors
 from chats import services as chat_services
 from chats.serializers import ChatOutSerializer, ChatUpdateSerializer, MessageCreateSerializer, MessageOutSerializer
 from core.errors import error_response
-from core.pagination import BAD_PAGE, PAGE_PARAMS, keyset_paginate, page_response, parse_limit
+from core.http.pagination import BAD_PAGE, PAGE_PARAMS, keyset_paginate, page_response, parse_limit
 from deployments.registry import resolve_model
 from runs import selectors, services
 from runs.models import Run

@@ -12,7 +12,7 @@ from django.conf import settings
 from accounts.models import Tier
 from core.db_executor import reconnect_after_db_error
 from core.redis_client import get_redis
-from core.worker_contract import worker_heartbeats
+from generation.worker_contract import worker_heartbeats
 from runs.dispatcher_figures import DispatcherFigures
 from runs.models import RunStatus
 from runs.reaper import reap_orphaned_runs, requeue_lost_runs

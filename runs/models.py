@@ -91,7 +91,7 @@ class Run(models.Model):
     sampling = models.JSONField(
         default=dict,
         blank=True,
-        help_text="The other sampling parameters asked for (core.sampling.SamplingSpec.to_json: only those that "
+        help_text="The other sampling parameters asked for (generation.sampling.SamplingSpec.to_json: only those that "
         "differ from their defaults): stop, seed, penalties, logprobs, structured outputs, constraint...",
     )
     tools = models.JSONField(

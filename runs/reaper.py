@@ -9,7 +9,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from core.worker_contract import run_lease_holders
+from generation.worker_contract import run_lease_holders
 from runs.events import RunEvent, log_run_event
 from runs.models import Run, RunStatus
 from runs.queueing import get_scheduler_store, run_enqueue

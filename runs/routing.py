@@ -15,7 +15,7 @@ from typing import Any
 from django.conf import settings
 
 from core.db_executor import reconnect_after_db_error
-from core.worker_contract import deployment_queue, send_generate, worker_heartbeat
+from generation.worker_contract import deployment_queue, send_generate, worker_heartbeat
 from runs.events import RunEvent, log_event, log_run_event
 from runs.models import Run
 from scheduling.affinity import Route, WorkerLoad, choose_route

@@ -22,12 +22,12 @@ from chats.context import message_fit_check
 from chats.models import Chat, ChatOrigin, Message, MessageRole
 from chats.summary_schedule import chat_summary_schedule_after_turn
 from core.errors import ConflictError, DomainError
-from core.generation import EngineFinishReason, GenerationResult
-from core.sampling import SamplingError, SamplingSpec, check_sampling
-from core.worker_contract import cancel_key, ready_worker_counts, signal_cancel
 from deployments.models import DeploymentStatus
 from deployments.registry import ModelNotFound, ModelUnavailable, Served, forget_cached, resolve_model
 from deployments.tokenizer import using_model
+from generation.result import EngineFinishReason, GenerationResult
+from generation.sampling import SamplingError, SamplingSpec, check_sampling
+from generation.worker_contract import cancel_key, ready_worker_counts, signal_cancel
 from runs.events import RunEvent, log_run_end, log_run_event, seconds_between
 from runs.models import ACTIVE_STATUSES, FinishReason, PromptMode, Recovery, Run, RunStatus
 from runs.prompt_insert import prompt_insert
@@ -47,7 +47,7 @@ _ENGINE_FINISH = {
 @dataclass(frozen=True)
 class SamplingRequest:
     """What a prompt asks of the engine: ``max_tokens`` (None: the default, capped by the tier) and the rest of
-    vLLM's sampling parameters (``core.sampling``), stored on the run as asked."""
+    vLLM's sampling parameters (``generation.sampling``), stored on the run as asked."""
 
     max_tokens: int | None = None
     spec: SamplingSpec = field(default_factory=SamplingSpec)

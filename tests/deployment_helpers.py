@@ -6,10 +6,10 @@ import time
 from typing import Any
 
 from core.redis_client import get_redis
-from core.worker_contract import deployment_ready_key
 from deployments.defaults import seed_default_deployment
 from deployments.models import DeploymentStatus, ModelDeployment
 from deployments.registry import forget_cached
+from generation.worker_contract import deployment_ready_key
 
 TEST_WORKER = "test-worker@deployments"
 """The worker name the fixtures list as ready (no process behind it: the tests that need one start it)."""

@@ -115,7 +115,7 @@ def wait_worker_heartbeat(
 ) -> None:
     """Waits until the Celery worker ``name`` writes its first heartbeat (its engine is built and it consumes).
     Raises ``RuntimeError`` when ``proc`` exits first or after ``timeout_s``."""
-    from core.worker_contract import worker_heartbeats
+    from generation.worker_contract import worker_heartbeats
 
     deadline = time.monotonic() + timeout_s
     while not any(b.worker == name for b in worker_heartbeats()):

@@ -45,6 +45,7 @@ INSTALLED_APPS = [
     "deployments",
     "chats",
     "runs",
+    "rollouts",
     "inference_workers",
     "web",
     "openai_api",
@@ -145,7 +146,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     # DRF's JSONParser with bounds: the body's size before it is read, its nesting before it is parsed.
-    "DEFAULT_PARSER_CLASSES": ["core.parsers.BoundedJSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["core.http.parsers.BoundedJSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "core.errors.api_exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",

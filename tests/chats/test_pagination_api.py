@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 
 from accounts.models import User
 from chats.models import Chat, Message
-from core.pagination import encode_cursor
+from core.http.pagination import encode_cursor
 from tests.factories import ChatFactory, MessageFactory
 
 pytestmark = pytest.mark.django_db

@@ -27,9 +27,9 @@ from chats.summary import (
     summary_threshold_tokens,
 )
 from chats.summary_schedule import chat_summary_schedule
-from core.generation import EngineFinishReason, GenerationResult
-from core.worker_contract import SUMMARIZE_TASK, summary_pending_key
 from deployments.tokenizer import count_tokens
+from generation.result import EngineFinishReason, GenerationResult
+from generation.worker_contract import SUMMARIZE_TASK, summary_pending_key
 from inference_workers.engine.base import EngineStats, GenerationRequest
 from inference_workers.engine.host import EngineHost
 from inference_workers.engine.simulated import SimulatedEngine

@@ -26,7 +26,6 @@ from django.test import Client
 from pytest_django.fixtures import Settings
 
 from core.redis_client import get_redis
-from core.worker_contract import WorkerHeartbeat, WorkerState, write_heartbeat
 from deployments import admin as deployments_admin
 from deployments.materialize import READY_MARKER, is_prepared
 from deployments.models import DeploymentStatus, ModelDeployment, SourceKind
@@ -37,6 +36,7 @@ from deployments.registration import (
     prepare_default_deployment,
     register_deployment,
 )
+from generation.worker_contract import WorkerHeartbeat, WorkerState, write_heartbeat
 from runs.models import RunStatus
 from tests.deployment_helpers import add_version
 from tests.factories import RunFactory

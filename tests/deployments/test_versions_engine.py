@@ -18,9 +18,9 @@ import pytest
 from django.conf import settings
 from rest_framework.authtoken.models import Token
 
-from core.worker_contract import worker_heartbeats
 from deployments.models import DeploymentStatus, ModelDeployment
 from deployments.registration import register_deployment
+from generation.worker_contract import worker_heartbeats
 from runs.models import Run, RunStatus
 from tests.factories import UserFactory
 from tests.inference_workers.conftest import wait_for

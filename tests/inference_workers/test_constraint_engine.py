@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from core.constraints import check_constraint
-from core.sampling import SamplingSpec
+from generation.constraint_spec import check_constraint
+from generation.sampling import SamplingSpec
 from inference_workers.engine.vllm_engine import VllmEngine
 
 pytestmark = pytest.mark.engine

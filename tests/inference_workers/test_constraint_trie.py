@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from core.constraints import CONSTRAINTS
-from core.sampling import SamplingError
+from generation.constraint_spec import CONSTRAINTS
+from generation.sampling import SamplingError
 from inference_workers.engine.constraints.registry import BUILDERS, StateFactories
 from inference_workers.engine.constraints.trie import CatalogueState, TokenTrie
 

@@ -21,9 +21,9 @@ import redis
 from pytest_django.fixtures import Settings
 
 from chats.models import Message, MessageRole
-from core.worker_contract import run_lease_holder
 from deployments.models import DeploymentStatus, ModelDeployment
 from deployments.registry import forget_cached
+from generation.worker_contract import run_lease_holder
 from inference_workers.engine.base import GenerationDelta, GenerationRequest
 from inference_workers.engine.host import EngineDied
 from inference_workers.engine.simulated import SimulatedEngine, simulated_token

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from core.redis_client import get_redis
-from core.worker_contract import (
+from generation.worker_contract import (
     LIVE_WORKERS_KEY,
     WorkerHeartbeat,
     drop_heartbeat,

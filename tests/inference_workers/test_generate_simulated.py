@@ -12,7 +12,7 @@ import pytest
 from django.conf import settings
 
 from chats.models import Message, MessageRole
-from core.worker_contract import cancel_key, worker_heartbeats
+from generation.worker_contract import cancel_key, worker_heartbeats
 from inference_workers.engine.base import GenerationRequest
 from inference_workers.engine.simulated import SimulatedEngine
 from inference_workers.runtime import WorkerRuntime

@@ -25,7 +25,7 @@ from django.conf import settings
 from accounts.models import UsageDay
 from chats.models import Message, MessageRole
 from core.redis_client import get_redis
-from core.worker_contract import GENERATE_TASK, run_lease_holder
+from generation.worker_contract import GENERATE_TASK, run_lease_holder
 from inference_workers.services import generate_run
 from runs.counters import METRICS_KEY
 from runs.models import Recovery, Run, RunStatus

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from core.generation import EngineFinishReason
-from core.sampling import SamplingSpec
+from generation.result import EngineFinishReason
+from generation.sampling import SamplingSpec
 from inference_workers.engine.base import EngineDead, GenerationDelta, GenerationRequest
 from inference_workers.engine.host import EngineDied
 from inference_workers.engine.simulated import SimulatedEngine
@@ -231,7 +231,7 @@ class _DyingEngine(SimulatedEngine):
 def test_a_dead_engine_leaves_the_run_to_the_reaper_and_stops_the_worker() -> None:
     from django.conf import settings
 
-    from core.worker_contract import run_lease_holders, worker_heartbeats
+    from generation.worker_contract import run_lease_holders, worker_heartbeats
 
     exits: list[bool] = []
     config = fast_sim_config()

@@ -24,8 +24,8 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from chats.models import Message, MessageRole
-from core.sampling import SamplingSpec
-from core.worker_contract import worker_heartbeats
+from generation.sampling import SamplingSpec
+from generation.worker_contract import worker_heartbeats
 from runs.models import FinishReason, PromptMode, Recovery, Run, RunStatus
 from runs.reaper import reap_orphaned_runs
 from runs.routing import send_to_worker

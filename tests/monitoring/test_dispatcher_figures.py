@@ -16,7 +16,7 @@ from pytest_django.fixtures import DjangoCaptureOnCommitCallbacks
 from rest_framework.test import APIClient
 
 from core.redis_client import get_redis
-from core.worker_contract import WorkerHeartbeat, write_heartbeat
+from generation.worker_contract import WorkerHeartbeat, write_heartbeat
 from runs.dispatcher_figures import STATE_KEY, STATE_TTL_S, DispatcherFigures
 from runs.dispatcher_wiring import build_dispatcher
 from runs.models import Run

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 
 from core.redis_client import get_redis
-from core.worker_contract import (
+from generation.worker_contract import (
     EngineMetricsSnapshot,
     engine_metrics_key,
     engine_metrics_snapshots,

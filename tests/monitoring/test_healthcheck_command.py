@@ -8,7 +8,7 @@ import pytest
 import redis
 from django.core.management import CommandError, call_command
 
-from core.worker_contract import WorkerHeartbeat, write_heartbeat
+from generation.worker_contract import WorkerHeartbeat, write_heartbeat
 from runs.dispatcher_figures import STATE_KEY
 from tests.processes import free_port
 

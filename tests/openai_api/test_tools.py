@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from core.sampling import SamplingError
+from generation.sampling import SamplingError
 from openai_api.tools import (
     EMPTY_PARAMETERS,
     ToolCallStream,
@@ -20,7 +20,7 @@ from openai_api.tools import (
     tool_calls_from_text,
     tool_turn,
 )
-from tests.core.grammar import schema_accepts
+from tests.generation.grammar import schema_accepts
 
 WEATHER = {
     "type": "object",

@@ -24,7 +24,7 @@ from rest_framework.test import APIClient
 
 from accounts.models import User
 from chats.models import Chat, Message
-from core.json_body import MAX_JSON_DEPTH
+from core.http.json_body import MAX_JSON_DEPTH
 from openai_api import apis as openai_apis
 from openai_api.streaming import ChoiceEvent, Completion
 from runs.models import Run

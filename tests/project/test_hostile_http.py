@@ -12,7 +12,7 @@ import pytest
 from django.conf import settings
 
 from chats.models import Chat, Message
-from core.json_body import max_body_bytes
+from core.http.json_body import max_body_bytes
 from runs.models import Run
 from tests.factories import ChatFactory, RunFactory
 from tests.project.conftest import LiveUser

@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 
 from accounts.models import User
 from chats.models import Chat, Message
-from core.json_body import MAX_JSON_DEPTH, nesting_depth
+from core.http.json_body import MAX_JSON_DEPTH, nesting_depth
 from runs.models import Run
 from tests.factories import ChatFactory, UserFactory
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from core.worker_contract import worker_heartbeats
+from generation.worker_contract import worker_heartbeats
 from tests.processes import ROOT, child_env, free_port, stop_process_group, wait_http
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 from accounts.limits import user_limits
 from accounts.models import UsageDay, User, UserLimitOverride
 from chats.models import Message
-from core.generation import EngineFinishReason, GenerationResult
+from generation.result import EngineFinishReason, GenerationResult
 from runs.dispatcher_wiring import build_dispatcher
 from runs.models import Run, RunStatus
 from runs.queueing import get_scheduler_store

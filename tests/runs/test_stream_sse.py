@@ -28,7 +28,7 @@ from rest_framework.authtoken.models import Token
 
 from accounts.models import User
 from chats.models import Message, MessageRole
-from core.worker_contract import cancel_key
+from generation.worker_contract import cancel_key
 from runs.models import FinishReason, Run, RunStatus
 from runs.streaming.contract import RunStreamWriter, StreamEvent, run_terminal_event, stream_key
 from tests.factories import RunFactory, UserFactory

@@ -2,7 +2,7 @@
 
 - ``trie``: the token trie and the catalogue state machine (pure Python);
 - ``registry``: constraint name -> how its state machine is built (pure Python; names and argument checks are
-  ``core.constraints``);
+  ``generation.constraint_spec``);
 - ``processor``: the vLLM logits processors (torch, vLLM): the batch-level one the engine registers, and the
   per-request V0-style one the benchmark compares it with.
 

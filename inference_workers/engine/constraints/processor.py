@@ -30,8 +30,8 @@ from vllm import SamplingParams
 from vllm.v1.sample.logits_processor import AdapterLogitsProcessor, BatchUpdate, LogitsProcessor
 from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 
-from core.constraints import check_constraint
-from core.sampling import SamplingError
+from generation.constraint_spec import check_constraint
+from generation.sampling import SamplingError
 from inference_workers.engine.constraints.registry import StateFactories
 from inference_workers.engine.constraints.trie import ConstraintState
 

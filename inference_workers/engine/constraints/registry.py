@@ -1,9 +1,9 @@
 """Constraint name -> how the engine builds its state machine from the checked args (pure: no torch, no vLLM).
 
-The names and their argument checks live in ``core.constraints`` (the web tier checks requests with them); this
-module holds the engine half, one builder per name, and a test keeps the two sets equal.
+The names and their argument checks live in ``generation.constraint_spec`` (the web tier checks requests with them);
+this module holds the engine half, one builder per name, and a test keeps the two sets equal.
 
-A builder gets the args as :func:`core.constraints.check_constraint` normalized them, ``encode`` (text -> the
+A builder gets the args as :func:`generation.constraint_spec.check_constraint` normalized them, ``encode`` (text -> the
 token ids the model would write for it at the start of its answer) and the request's end-of-sequence ids, and
 returns a factory of fresh states. What it builds from the args (a trie) is shared by every request with the same
 args, through :func:`state_factory`'s cache.
@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any
 
-from core.constraints import check_constraint
+from generation.constraint_spec import check_constraint
 from inference_workers.engine.constraints.trie import CatalogueState, ConstraintState, TokenTrie
 
 Encode = Callable[[str], Sequence[int]]

@@ -18,7 +18,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from core.redis_client import get_redis
-from core.worker_contract import worker_heartbeat
+from generation.worker_contract import worker_heartbeat
 from runs.dispatcher_figures import STATE_KEY
 
 

@@ -10,7 +10,7 @@ web tier never loads torch).
 
 ``structured_outputs`` holds exactly one of vLLM's ``StructuredOutputsParams`` fields: ``json`` (a schema),
 ``json_object`` (true), ``regex``, ``choice`` (a list of strings) or ``grammar`` (EBNF/Lark text). Whether
-the backend can compile it is checked by ``core.structured_outputs``.
+the backend can compile it is checked by ``generation.structured_outputs``.
 
 ``constraint`` names a batch-level logits processor registered on the engine with its arguments,
 ``{"name": str, "args": {...}}``; it reaches vLLM as ``SamplingParams.extra_args["constraint"]``.

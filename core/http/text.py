@@ -1,8 +1,9 @@
 """Text a client sends that Postgres cannot store, found before it reaches a query.
 
 Postgres ``text`` holds no NUL character (psycopg raises ``DataError``), and a lone UTF-16 surrogate (JSON's
-``"\\ud800"`` without its pair) cannot be encoded as UTF-8 (``UnicodeEncodeError``): both were 500s. Every text
-field of both APIs is checked here once: ``core.fields.StrictCharField`` on ``/api``, the request parser on ``/v1``.
+``"\\ud800"`` without its pair) cannot be encoded as UTF-8 (``UnicodeEncodeError``): both were 500s. Every
+text field of both APIs is checked here once: ``core.http.fields.StrictCharField`` on ``/api``, the request parser on
+``/v1``.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from runs.rollouts import retire_idle_deployments
+from rollouts.retirement import retire_idle_deployments
 
 
 class Command(BaseCommand):

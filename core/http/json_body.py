@@ -2,7 +2,7 @@
 
 Python's ``json`` module recurses once per level of nesting, so a body of 10,000 ``[`` was a ``RecursionError``
 (a 500) on every JSON endpoint, before authentication. Both APIs read bodies through here: ``/api`` through
-``core.parsers.BoundedJSONParser`` (DRF), ``/v1`` through ``openai_api.requests.read_body``; each answers the
+``core.http.parsers.BoundedJSONParser`` (DRF), ``/v1`` through ``openai_api.requests.read_body``; each answers the
 errors in its own shape (400 for JSON that is malformed or too deep, 413 for a body that is too large).
 """
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from core.sampling import SamplingError, SamplingSpec, check_sampling
-from core.structured_outputs import check_compiles, structured_from_request
-from tests.core.grammar import schema_accepts
+from generation.sampling import SamplingError, SamplingSpec, check_sampling
+from generation.structured_outputs import check_compiles, structured_from_request
+from tests.generation.grammar import schema_accepts
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 
@@ -166,7 +166,7 @@ def test_check_compiles_names_the_kind_by_default_and_the_given_param_otherwise(
 def test_compiling_imports_neither_vllm_nor_torch() -> None:
     """In a fresh interpreter: the web tier checks grammars without loading vLLM or torch."""
     code = (
-        "import sys; from core.structured_outputs import check_compiles, structured_from_request; "
+        "import sys; from generation.structured_outputs import check_compiles, structured_from_request; "
         "check_compiles(structured_from_request({'type': 'json_object'}, None)); "
         "print(sorted(m for m in ('vllm', 'torch') if m in sys.modules))"
     )

@@ -6,7 +6,8 @@ check compares the target's runs of that step with the old version's: the failed
 failed check rolls every weight back to what it was, in one transaction; the last step passing hands the target all
 of the traffic, makes it the default if the old version was, and puts the old ready versions to ``draining`` (they
 take no new runs, their runs in flight finish, their workers report ``drained`` once idle).
-``retire_idle_deployments`` later retires the versions nobody has used for ``DEPLOYMENT_RETIRE_IDLE_S``.
+:func:`rollouts.retirement.retire_idle_deployments` later retires the versions nobody has used for
+``DEPLOYMENT_RETIRE_IDLE_S``.
 
 Weights are written to Postgres; each web process re-reads them within ``DEPLOYMENT_CACHE_S``
 (:func:`deployments.registry.forget_cached` makes this process re-read at once).
@@ -21,23 +22,20 @@ from __future__ import annotations
 
 import math
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, fields, replace
-from datetime import datetime, timedelta
+from dataclasses import replace
+from datetime import datetime
 from itertools import pairwise
 from typing import Any
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Max
 from django.utils import timezone
 
 from core.errors import ConflictError, DomainError
-from core.worker_contract import ready_worker_counts, worker_heartbeats
 from deployments.models import DeploymentStatus, ModelDeployment, Rollout, RolloutStatus, deployment_key
 from deployments.registry import forget_cached
-from runs.models import ACTIVE_STATUSES, Run, RunStatus
+from generation.worker_contract import ready_worker_counts
+from rollouts.health import RolloutThresholds, StepHealth, rollout_judge, rollout_step_health
 
 DEFAULT_STEPS = (10, 25, 50, 100)
 
@@ -52,105 +50,6 @@ class RolloutConflict(RolloutRefused, ConflictError):
     """Another rollout of the name is running, or this one is no longer running (a 409); nothing was written."""
 
     code = "rollout_conflict"
-
-
-@dataclass(frozen=True)
-class RolloutThresholds:
-    """The health check's limits, recorded on the rollout (``Rollout.thresholds``)."""
-
-    max_failed_rate: float = 0.05
-    """A step fails when more than this share of the target's runs that ended in it failed (cancelled runs are
-    the users' choice and are not counted)."""
-    max_ttft_p99_ratio: float = 2.0
-    """A step fails when the target's TTFT p99 is more than this many times the old version's over the same window;
-    judged only when both have at least ``min_ttft_runs`` runs with a first token in it."""
-    min_runs: int = 5
-    """Runs that must end (done or failed) on the target during a step before it is judged."""
-    min_ttft_runs: int = 20
-    """Runs with a first token each version needs in a step before their TTFT p99 are compared: the p99 of fewer
-    is about their slowest run, and one slow first token on a busy host must not roll a rollout back (the rollout
-    benchmark's quick run did, at 3 runs a side)."""
-    step_wait_s: float = 30.0
-    """The least time a step holds, however many runs end sooner."""
-    step_timeout_s: float = 600.0
-    """A step that has not seen ``min_runs`` runs end after this long is judged on what it saw: it passes only if
-    none of its runs failed (zero runs included: no traffic is no evidence against the target), and its verdict says
-    so."""
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, raw: dict[str, Any]) -> RolloutThresholds:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in raw.items() if k in known})
-
-    def problems(self) -> list[str]:
-        found = []
-        if not 0.0 <= self.max_failed_rate <= 1.0:
-            found.append("max_failed_rate must be between 0 and 1")
-        if self.max_ttft_p99_ratio <= 0:
-            found.append("max_ttft_p99_ratio must be above 0")
-        if self.min_runs < 1 or self.min_ttft_runs < 1:
-            found.append("min_runs and min_ttft_runs must be at least 1")
-        if self.step_wait_s < 0 or self.step_timeout_s < self.step_wait_s:
-            found.append("step_wait_s must be at least 0 and step_timeout_s at least step_wait_s")
-        return found
-
-
-@dataclass(frozen=True)
-class VersionFigures:
-    """One version's runs created since a step began."""
-
-    key: str
-    ended: int
-    """Done or failed (cancelled runs are counted apart)."""
-    failed: int
-    cancelled: int
-    in_flight: int
-    with_first_token: int
-    ttft_p50_ms: float | None
-    ttft_p99_ms: float | None
-
-    @property
-    def failed_rate(self) -> float:
-        return self.failed / self.ended if self.ended else 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "failed_rate": round(self.failed_rate, 4)}
-
-    def describe(self) -> str:
-        ttft = (
-            f"TTFT p50 {self.ttft_p50_ms:.0f} ms p99 {self.ttft_p99_ms:.0f} ms"
-            if self.ttft_p50_ms is not None and self.ttft_p99_ms is not None
-            else "no TTFT yet"
-        )
-        return (
-            f"{self.key}: {self.ended} ended, {self.failed} failed ({self.failed_rate:.1%}), "
-            f"{self.in_flight} in flight, {ttft}"
-        )
-
-
-@dataclass(frozen=True)
-class StepHealth:
-    """What the health check sees of one step: the target's runs and the old version's, over the same window."""
-
-    since: datetime
-    target: VersionFigures
-    baseline: VersionFigures | None
-    timed_out: bool = False
-    """The step ran out of ``step_timeout_s`` before ``min_runs`` runs ended on the target."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "since": self.since.isoformat(),
-            "target": self.target.to_json(),
-            "baseline": self.baseline.to_json() if self.baseline is not None else None,
-            "timed_out": self.timed_out,
-        }
-
-    def describe(self) -> str:
-        return self.target.describe() + (f" | {self.baseline.describe()}" if self.baseline is not None else "")
 
 
 # -- starting and moving weights ---------------------------------------------------------------------------
@@ -199,7 +98,7 @@ def _check_steps(steps: Sequence[Any]) -> list[int]:
 def rollout_start(
     *, name: str, to_version: str, steps: Sequence[int] = DEFAULT_STEPS, thresholds: RolloutThresholds
 ) -> Rollout:
-    """A running rollout of ``name`` towards ``name@to_version``; no weight moves yet (:func:`apply_step` does).
+    """A running rollout of ``name`` towards ``name@to_version``; no weight moves yet (:func:`rollout_apply_step` does).
 
     Refused, with nothing written, unless the target exists, is ``ready`` (materialized and verified) and has a
     ready worker; when another rollout of the name is running (409); for steps that are not strictly increasing
@@ -264,7 +163,7 @@ def _set_weights(rows: Iterable[ModelDeployment], weights: dict[int, int]) -> No
             row.save(update_fields=["traffic_weight", "updated_at"])
 
 
-def apply_step(rollout: Rollout, weight: int) -> Rollout:
+def rollout_apply_step(rollout: Rollout, weight: int) -> Rollout:
     """The target gets ``weight`` percent; the rest goes to the versions that had traffic before the rollout, in
     proportion to their previous weights. One transaction (the rollout and the name's deployments locked); the step
     is appended to ``history``. :class:`RolloutConflict` when the rollout is no longer running,
@@ -294,10 +193,10 @@ def _finish(locked: Rollout, *, status: str, reason: str = "") -> None:
     locked.save(update_fields=["status", "reason", "finished_at"])
 
 
-def rollback(rollout: Rollout, reason: str, *, status: str = RolloutStatus.ROLLED_BACK) -> Rollout:
+def rollout_rollback(rollout: Rollout, reason: str, *, status: str = RolloutStatus.ROLLED_BACK) -> Rollout:
     """Every version of the name gets its weight from before the rollout back, and the rollout ends ``status``
     (``rolled_back``; ``failed`` when the rollout itself broke) with ``reason``; one transaction. The target stays
-    ``ready``: its runs in flight finish. ``is_default`` is as it was: only :func:`complete` moves it, in the
+    ``ready``: its runs in flight finish. ``is_default`` is as it was: only :func:`rollout_complete` moves it, in the
     transaction that ends the rollout, so a running rollout has never moved it. :class:`RolloutConflict` when
     the rollout is no longer running."""
     with transaction.atomic():
@@ -309,7 +208,7 @@ def rollback(rollout: Rollout, reason: str, *, status: str = RolloutStatus.ROLLE
     return locked
 
 
-def complete(rollout: Rollout) -> Rollout:
+def rollout_complete(rollout: Rollout) -> Rollout:
     """The target gets all of the name's traffic (the others 0) and becomes the default if another version of the
     name was; the other ``ready`` versions go ``draining`` (no new runs; their runs in flight finish). One
     transaction; the rollout ends ``succeeded``."""
@@ -339,88 +238,6 @@ def complete(rollout: Rollout) -> Rollout:
     return locked
 
 
-# -- the health check ----------------------------------------------------------------------------------------
-
-
-def _percentile(sorted_values: list[float], p: float) -> float | None:
-    """Nearest-rank percentile (p in 0..1) of values sorted ascending; None when there are none."""
-    if not sorted_values:
-        return None
-    return sorted_values[max(0, math.ceil(p * len(sorted_values)) - 1)]
-
-
-def _figures(key: str, rows: list[tuple[str, datetime, datetime | None]]) -> VersionFigures:
-    statuses = Counter(status for status, _, _ in rows)
-    ttfts = sorted((first - created).total_seconds() * 1000.0 for _, created, first in rows if first is not None)
-    return VersionFigures(
-        key=key,
-        ended=statuses[RunStatus.DONE] + statuses[RunStatus.FAILED],
-        failed=statuses[RunStatus.FAILED],
-        cancelled=statuses[RunStatus.CANCELLED],
-        in_flight=sum(statuses[s] for s in ACTIVE_STATUSES),
-        with_first_token=len(ttfts),
-        ttft_p50_ms=_percentile(ttfts, 0.50),
-        ttft_p99_ms=_percentile(ttfts, 0.99),
-    )
-
-
-def step_health(rollout: Rollout, since: datetime, *, timed_out: bool = False) -> StepHealth:
-    """Figures of the runs created since ``since`` on the target and on the old version (``from_deployment``),
-    from their Run rows: ended, failed, in flight, and TTFT (``first_token_at - created_at``) p50/p99 in ms. One
-    query."""
-    target, baseline = rollout.to_deployment, rollout.from_deployment
-    ids = [target.pk] + ([baseline.pk] if baseline is not None else [])
-    rows: dict[int, list[tuple[str, datetime, datetime | None]]] = {pk: [] for pk in ids}
-    for deployment_id, status, created, first in Run.objects.filter(
-        deployment_id__in=ids, created_at__gte=since
-    ).values_list("deployment_id", "status", "created_at", "first_token_at"):
-        rows[deployment_id].append((status, created, first))
-    return StepHealth(
-        since=since,
-        target=_figures(target.key, rows[target.pk]),
-        baseline=_figures(baseline.key, rows[baseline.pk]) if baseline is not None else None,
-        timed_out=timed_out,
-    )
-
-
-def judge(health: StepHealth, thresholds: RolloutThresholds) -> tuple[bool, str]:
-    """Whether the step passes, and why, in words for the operator (the rollback's reason when it does not)."""
-    target, baseline = health.target, health.baseline
-    if target.ended and target.failed_rate > thresholds.max_failed_rate:
-        return False, (
-            f"failed rate {target.failed_rate:.1%} ({target.failed} of {target.ended} runs on {target.key}) is above "
-            f"the limit of {thresholds.max_failed_rate:.1%}"
-        )
-    if (
-        baseline is not None
-        and target.with_first_token >= thresholds.min_ttft_runs
-        and baseline.with_first_token >= thresholds.min_ttft_runs
-        and target.ttft_p99_ms is not None
-        and baseline.ttft_p99_ms
-    ):
-        ratio = target.ttft_p99_ms / baseline.ttft_p99_ms
-        if ratio > thresholds.max_ttft_p99_ratio:
-            return False, (
-                f"TTFT p99 ratio {ratio:.2f} ({target.key} {target.ttft_p99_ms:.0f} ms vs {baseline.key} "
-                f"{baseline.ttft_p99_ms:.0f} ms) is above the limit of {thresholds.max_ttft_p99_ratio:.2f}"
-            )
-        ttft = f", TTFT p99 ratio {ratio:.2f} within {thresholds.max_ttft_p99_ratio:.2f}"
-    else:
-        ttft = ", TTFT not compared (too few runs with a first token)"
-    if target.ended < thresholds.min_runs:
-        if not health.timed_out:
-            return False, f"only {target.ended} of {thresholds.min_runs} runs ended on {target.key}: not judged yet"
-        if target.failed:
-            return False, (
-                f"only {target.ended} of {thresholds.min_runs} runs ended before the step timeout and "
-                f"{target.failed} failed"
-            )
-        return True, (
-            f"passed on the step timeout: only {target.ended} of {thresholds.min_runs} runs ended, none failed{ttft}"
-        )
-    return True, f"failed rate {target.failed_rate:.1%} within {thresholds.max_failed_rate:.1%}{ttft}"
-
-
 def _record_verdict(rollout: Rollout, *, health: StepHealth, ok: bool, verdict: str) -> None:
     with transaction.atomic():
         locked = _locked_rollout(rollout)
@@ -447,7 +264,7 @@ def _wait_for_step(
     began = clock()
     while True:
         elapsed = clock() - began
-        health = step_health(rollout, since)
+        health = rollout_step_health(rollout, since)
         if elapsed >= thresholds.step_wait_s and health.target.ended >= thresholds.min_runs:
             return health
         if elapsed >= thresholds.step_timeout_s:
@@ -458,7 +275,7 @@ def _wait_for_step(
         sleep(max(0.0, min(poll_s, remaining)))
 
 
-def run_rollout(
+def rollout_execute(
     *,
     name: str,
     to_version: str,
@@ -481,18 +298,18 @@ def run_rollout(
     try:
         for number, weight in enumerate(rollout.steps, start=1):
             since = timezone.now()
-            rollout = apply_step(rollout, weight)
+            rollout = rollout_apply_step(rollout, weight)
             report(f"step {number} ({weight}%): {target} at {weight}%")
             health = _wait_for_step(rollout, thresholds, since=since, clock=clock, sleep=sleep, poll_s=poll_s)
-            ok, verdict = judge(health, thresholds)
+            ok, verdict = rollout_judge(health, thresholds)
             _record_verdict(rollout, health=health, ok=ok, verdict=verdict)
             report(f"step {number} ({weight}%): {health.describe()}")
             report(f"step {number} ({weight}%): {'pass' if ok else 'FAIL'}: {verdict}")
             if not ok:
-                rollout = rollback(rollout, f"step {number} ({weight}%): {verdict}")
+                rollout = rollout_rollback(rollout, f"step {number} ({weight}%): {verdict}")
                 report(f"rolled back: weights restored ({rollout.reason})")
                 return rollout
-        rollout = complete(rollout)
+        rollout = rollout_complete(rollout)
         report(f"succeeded: {target} has all of the traffic; the versions it replaced drain")
         return rollout
     except BaseException as exc:
@@ -502,75 +319,7 @@ def run_rollout(
 
 def _fail(rollout: Rollout, exc: BaseException, report: Callable[[str], Any]) -> None:
     try:
-        rollback(rollout, f"the rollout broke: {type(exc).__name__}: {exc}", status=RolloutStatus.FAILED)
+        rollout_rollback(rollout, f"the rollout broke: {type(exc).__name__}: {exc}", status=RolloutStatus.FAILED)
     except RolloutConflict:
         return  # it had ended already (rolled back, or aborted by someone else): nothing to restore
     report(f"failed: weights restored after {type(exc).__name__}")
-
-
-# -- draining and retiring -----------------------------------------------------------------------------------
-
-
-def drain_status(deployment: ModelDeployment) -> tuple[int, dict[str, int]]:
-    """Its runs not ended yet, and its live workers by state (``ready``/``draining``/``drained``)."""
-    active = Run.objects.filter(deployment=deployment, status__in=ACTIVE_STATUSES).count()
-    states = Counter(beat.state for beat in worker_heartbeats() if beat.deployment == deployment.key)
-    return active, dict(states)
-
-
-def retire_idle_deployments(*, idle_s: float | None = None, now: datetime | None = None) -> list[ModelDeployment]:
-    """Retires (status ``retired``, ``retired_at``, weight 0) the versions that are ``draining``, or ``ready`` with
-    weight 0, that have no run in flight and have been idle for ``idle_s`` (``DEPLOYMENT_RETIRE_IDLE_S``): no run
-    created, and not made ready or put to draining, within it (a version kept back for a quick return stays that
-    long after its drain began). Never a name's newest version still in service (by ``created_at``), never the
-    default, never a running rollout's source or target. Returns those retired."""
-    idle_s = settings.DEPLOYMENTS.retire_idle_s if idle_s is None else idle_s
-    now = now or timezone.now()
-    cutoff = now - timedelta(seconds=idle_s)
-    retired: list[ModelDeployment] = []
-    with transaction.atomic():
-        rows = list(
-            ModelDeployment.objects.select_for_update()
-            .exclude(status__in=[DeploymentStatus.RETIRED, DeploymentStatus.FAILED])
-            .order_by("id")
-        )
-        last_run_at = dict(
-            Run.objects.filter(deployment__in=rows)
-            .values("deployment_id")
-            .annotate(last=Max("created_at"))
-            .values_list("deployment_id", "last")
-        )
-        newest: dict[str, ModelDeployment] = {}
-        for row in rows:
-            if row.name not in newest or (row.created_at, row.pk) > (newest[row.name].created_at, newest[row.name].pk):
-                newest[row.name] = row
-        in_rollouts = set(
-            Rollout.objects.filter(status=RolloutStatus.RUNNING).values_list("from_deployment_id", "to_deployment_id")
-        )
-        protected = {pk for pair in in_rollouts for pk in pair if pk is not None}
-        busy = set(
-            Run.objects.filter(deployment__in=rows, status__in=ACTIVE_STATUSES).values_list("deployment_id", flat=True)
-        )
-        for row in rows:
-            idle_since = max(t for t in (last_run_at.get(row.pk), row.ready_at, row.drained_at, row.created_at) if t)
-            retirable = row.status == DeploymentStatus.DRAINING or (
-                row.status == DeploymentStatus.READY and row.traffic_weight == 0
-            )
-            if (
-                not retirable
-                or row.is_default
-                or newest[row.name].pk == row.pk
-                or row.pk in protected
-                or row.pk in busy
-                or idle_since > cutoff
-            ):
-                continue
-            row.status = DeploymentStatus.RETIRED
-            row.retired_at = now
-            row.traffic_weight = 0
-            row.status_reason = f"Retired: idle since {idle_since.isoformat(timespec='seconds')}."
-            row.save(update_fields=["status", "retired_at", "traffic_weight", "status_reason", "updated_at"])
-            retired.append(row)
-    if retired:
-        forget_cached()
-    return retired

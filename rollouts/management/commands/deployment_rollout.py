@@ -12,7 +12,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from deployments.models import Rollout, RolloutStatus
-from runs.rollouts import DEFAULT_STEPS, RolloutRefused, RolloutThresholds, rollback, run_rollout
+from rollouts.health import RolloutThresholds
+from rollouts.services import DEFAULT_STEPS, RolloutRefused, rollout_execute, rollout_rollback
 
 _DEFAULTS = RolloutThresholds()
 
@@ -77,7 +78,7 @@ class Command(BaseCommand):
             step_timeout_s=options["step_timeout"],
         )
         try:
-            rollout = run_rollout(
+            rollout = rollout_execute(
                 name=options["name"],
                 to_version=options["version"],
                 steps=_steps(options["steps"]),
@@ -94,5 +95,7 @@ class Command(BaseCommand):
         running = Rollout.objects.filter(name=name, status=RolloutStatus.RUNNING).first()
         if running is None:
             raise CommandError(f"No rollout of {name!r} is running.")
-        rolled = rollback(running, "aborted by the operator (deployment_rollout --abort)", status=RolloutStatus.FAILED)
+        rolled = rollout_rollback(
+            running, "aborted by the operator (deployment_rollout --abort)", status=RolloutStatus.FAILED
+        )
         self.stdout.write(f"rollout {rolled.pk} of {name}: rolled back, weights as before it started")

@@ -15,7 +15,7 @@ from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.openapi import AutoSchema
 from rest_framework import serializers
 
-from core.text import echo
+from core.http.text import echo
 
 
 class StrictSerializer(serializers.Serializer[Any]):

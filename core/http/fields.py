@@ -6,12 +6,12 @@ from typing import Any
 
 from rest_framework import serializers
 
-from core.text import text_problem
+from core.http.text import text_problem
 
 
 class StrictCharField(serializers.CharField):
     """A CharField that refuses numbers, lists and objects instead of coercing them to text, text that Postgres
-    cannot store (a NUL, a lone surrogate: ``core.text``), and text longer than ``max_length`` even when the
+    cannot store (a NUL, a lone surrogate: ``core.http.text``), and text longer than ``max_length`` even when the
     excess is whitespace that trimming would remove (the schema's ``maxLength`` is about what is sent)."""
 
     default_error_messages = {

@@ -2,7 +2,7 @@
 
 DRF's own ``JSONParser`` hands the whole stream to ``json.load``: a deeply nested body is a ``RecursionError``
 (500) and a body of any size is read. This one refuses a declared size over the limit before reading, reads at
-most one byte past the limit, and checks the nesting before parsing (``core.json_body``). Its errors are
+most one byte past the limit, and checks the nesting before parsing (``core.http.json_body``). Its errors are
 ``DomainError``s, which ``core.errors.api_exception_handler`` answers in the API's shape.
 """
 
@@ -14,7 +14,7 @@ from typing import IO, Any
 from django.conf import settings
 from rest_framework.parsers import JSONParser
 
-from core.json_body import check_declared_length, max_body_bytes, parse_json
+from core.http.json_body import check_declared_length, max_body_bytes, parse_json
 
 
 class BoundedJSONParser(JSONParser):

@@ -27,7 +27,7 @@ An error is a 400 with llguidance's own reason instead of a run that fails in th
 ~0.2 s without torch; vLLM itself is never imported here (it pulls in torch).
 
 Every string of the constraint also has to be storable (``Run.sampling`` is Postgres ``jsonb``: no NUL, no lone
-surrogate): checked with ``core.text`` so such a request is a 400 naming the parameter, not a 500.
+surrogate): checked with ``core.http.text`` so such a request is a 400 naming the parameter, not a 500.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from typing import Any
 
 import llguidance
 
-from core.sampling import STRUCTURED_OUTPUT_KINDS, SamplingError
-from core.text import echo, text_problem
+from core.http.text import echo, text_problem
+from generation.sampling import STRUCTURED_OUTPUT_KINDS, SamplingError
 
 MAX_JSON_NESTING = 64
 """vLLM's ``MAX_STRUCTURED_OUTPUT_JSON_NESTING``: objects and arrays of a schema may nest at most this deep."""
@@ -187,7 +187,7 @@ def structured_from_request(
     ``response_format`` and ``structured_outputs`` are the body's values as sent (None when absent).
     With ``check`` (the default) the constraint is also compiled (:func:`check_compiles`) and a failure names the
     parameter that held it (``response_format.json_schema.schema``, ``structured_outputs.regex``...).
-    Raises :class:`core.sampling.SamplingError` with ``param`` set for anything vLLM would refuse.
+    Raises :class:`generation.sampling.SamplingError` with ``param`` set for anything vLLM would refuse.
     """
     from_format = _from_response_format(response_format) if response_format is not None else (None, "")
     from_extension = _from_structured_outputs(structured_outputs) if structured_outputs is not None else (None, "")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.constraints import CONSTRAINTS, MAX_CATALOGUE_ITEM_CHARS, MAX_CATALOGUE_ITEMS, check_constraint
-from core.sampling import SamplingError, SamplingSpec
+from generation.constraint_spec import CONSTRAINTS, MAX_CATALOGUE_ITEM_CHARS, MAX_CATALOGUE_ITEMS, check_constraint
+from generation.sampling import SamplingError, SamplingSpec
 
 
 def test_catalogue_is_normalized_dropping_duplicates_in_order() -> None:

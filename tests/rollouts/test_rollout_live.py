@@ -2,7 +2,7 @@
 ``name@v1`` and one ``name@v2``, while several users keep posting prompts (``model: name``, unpinned) and
 following each run's SSE stream to its end.
 
-``run_rollout`` runs in the test process on the same database and Redis as the stack. A rollout that passes
+``rollout_execute`` runs in the test process on the same database and Redis as the stack. A rollout that passes
 moves every new run to v2 with no run lost, failed or garbled and leaves v1 drained; a v2 whose runs fail
 (``SIM_FAIL_RATE=1``) is rolled back at its first step, and the users' next runs go to v1 and succeed.
 
@@ -23,10 +23,12 @@ import httpx
 import pytest
 from rest_framework.authtoken.models import Token
 
-from core.worker_contract import WorkerHeartbeat, WorkerState, worker_heartbeats
 from deployments.models import DeploymentStatus, ModelDeployment, Rollout, RolloutStatus
+from generation.worker_contract import WorkerHeartbeat, WorkerState, worker_heartbeats
+from rollouts.health import RolloutThresholds
+from rollouts.selectors import deployment_drain_status
+from rollouts.services import rollout_execute
 from runs.models import ACTIVE_STATUSES, Run, RunStatus
-from runs.rollouts import RolloutThresholds, drain_status, run_rollout
 from runs.services import run_cancel
 from runs.streaming.contract import StreamEvent
 from tests.deployment_helpers import add_version, ensure_default_deployment, no_ready_worker
@@ -282,7 +284,7 @@ def test_a_rollout_moves_every_user_to_v2_with_no_run_lost_and_drains_v1(
     _wait_for_turns(users, USERS * 2)  # some runs before the rollout
     lines: list[str] = []
 
-    rollout = run_rollout(
+    rollout = rollout_execute(
         name=versions.name, to_version="v2", steps=(25, 50, 100), thresholds=THRESHOLDS, report=lines.append, poll_s=0.5
     )
 
@@ -317,7 +319,7 @@ def test_a_rollout_moves_every_user_to_v2_with_no_run_lost_and_drains_v1(
     assert (new.status, new.traffic_weight, new.is_default) == (DeploymentStatus.READY, 100, True)
     beats = _wait_drained(old.key)
     assert len(beats) == 1
-    assert drain_status(old) == (0, {WorkerState.DRAINED: 1})
+    assert deployment_drain_status(old) == (0, {WorkerState.DRAINED: 1})
     assert [b.state for b in _heartbeats_of(new.key)] == [WorkerState.READY]
 
 
@@ -329,7 +331,7 @@ def test_a_v2_whose_runs_fail_is_rolled_back_and_users_go_on_with_v1(
     _wait_for_turns(users, USERS * 2)
     lines: list[str] = []
 
-    rollout = run_rollout(
+    rollout = rollout_execute(
         name=versions.name, to_version="v2", steps=(25, 50, 100), thresholds=THRESHOLDS, report=lines.append, poll_s=0.5
     )
 

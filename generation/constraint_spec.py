@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from core.sampling import SamplingError
+from generation.sampling import SamplingError
 
 PARAM = "constraint"
 MAX_CATALOGUE_ITEMS = 1024
