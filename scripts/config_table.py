@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Prints the README's "Configuration" table: every environment variable the settings read, with its default.
+"""Prints the configuration table of ``docs/configuration.md``: every environment variable the settings read, with its
+default.
 
 Reads ``core/config.py`` (typed dataclasses; each field's docstring is its description) and
 ``chatproject/settings/base.py`` and ``production.py`` (the Django settings) with ``ast``, so nothing is imported
 and nothing drifts.
-After adding a variable run ``python scripts/config_table.py --write``: it rewrites the table in README.md
-(without ``--write`` it prints the table). ``tests/project/test_project_files.py`` fails while a variable is
-missing from the README.
+After adding a variable run ``python scripts/config_table.py --write``: it rewrites the table in
+``docs/configuration.md`` (without ``--write`` it prints the table). ``tests/project/test_project_files.py`` fails
+while a variable is missing from that page or its default there is stale.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ SETTINGS_HELP = {
     "LOG_LEVEL": "Root log level.",
     "LOG_FORMAT": (
         "`plain` (readable lines, run fields appended as `key=value`) or `json` (one JSON object per line: "
-        '`ts`, `level`, `logger`, `message`, the run\'s fields, `request_id`). See "Logs".'
+        "`ts`, `level`, `logger`, `message`, the run's fields, `request_id`). See [Logs](operations.md#logs)."
     ),
     "METRICS_TOKEN": "When set, `GET /metrics` needs `Authorization: Bearer <token>`; empty: open (keep it internal).",
     "CELERY_VISIBILITY_TIMEOUT_S": "Seconds before an unacknowledged task is redelivered: longer than the longest run.",
@@ -240,18 +241,21 @@ def markdown_table() -> str:
     return "\n".join(rows)
 
 
-def write_readme(readme: Path = ROOT / "README.md") -> None:
-    """Replaces the table under README's "Configuration" heading (the first table after it) in place."""
-    lines = readme.read_text().splitlines(keepends=True)
-    heading = next(i for i, line in enumerate(lines) if line.startswith("## Configuration"))
-    start = next(i for i in range(heading, len(lines)) if lines[i].startswith("| variable |"))
+CONFIGURATION_PAGE = ROOT / "docs" / "configuration.md"
+"""The page that holds the table (relative links in the descriptions are relative to ``docs/``)."""
+
+
+def write_table(page: Path = CONFIGURATION_PAGE) -> None:
+    """Replaces the variables table of ``page`` (the first table whose header starts ``| variable |``) in place."""
+    lines = page.read_text().splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if line.startswith("| variable |"))
     end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
     lines[start:end] = [markdown_table() + "\n"]
-    readme.write_text("".join(lines))
+    page.write_text("".join(lines))
 
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--write"]:
-        write_readme()
+        write_table()
     else:
         print(markdown_table())

@@ -1,4 +1,9 @@
-"""The README's configuration table and docker-compose.yml stay in step with the settings that are read."""
+"""The documentation and docker-compose.yml stay in step with the code.
+
+The configuration table of ``docs/configuration.md`` lists every variable the settings read, with the code's
+defaults; the README stays a short front door that links every page under ``docs/``, and no relative link of the
+README or of a page points at a file or heading that is not there.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,8 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+CONFIGURATION_PAGE = ROOT / "docs" / "configuration.md"
+README_MAX_LINES = 260
 
 
 @functools.cache
@@ -26,24 +33,26 @@ def _config_table() -> ModuleType:
     return module
 
 
-def test_every_environment_variable_is_in_the_readme() -> None:
+def test_every_environment_variable_is_in_the_configuration_page() -> None:
     variables = _config_table().all_variables()
     names = {v.name for v in variables}
     assert {"DATABASE_URL", "REDIS_URL", "CHAT_MAX_CONTENT_CHARS", "ENGINE_MAX_NUM_SEQS"} <= names
-    readme = (ROOT / "README.md").read_text()
-    documented = set(re.findall(r"^\| `([A-Z][A-Z0-9_]+)` \|", readme, flags=re.MULTILINE))
+    page = CONFIGURATION_PAGE.read_text()
+    documented = set(re.findall(r"^\| `([A-Z][A-Z0-9_]+)` \|", page, flags=re.MULTILINE))
     missing = sorted(names - documented)
-    assert not missing, f"README 'Configuration' lacks {missing}: run `python scripts/config_table.py --write`"
+    assert not missing, f"docs/configuration.md lacks {missing}: run `python scripts/config_table.py --write`"
 
 
 def test_every_documented_default_matches_the_code() -> None:
-    readme = (ROOT / "README.md").read_text()
-    rows = {line.split("`", 2)[1]: line for line in readme.splitlines() if line.startswith("| `")}
+    page = CONFIGURATION_PAGE.read_text()
+    rows = {line.split("`", 2)[1]: line for line in page.splitlines() if line.startswith("| `")}
     for var in _config_table().all_variables():
         row = rows.get(var.name)
         if row is None:
-            continue  # reported by test_every_environment_variable_is_in_the_readme
-        assert f"| {var.default.replace('|', chr(92) + '|')} |" in row, f"README's default for {var.name} is stale"
+            continue  # reported by test_every_environment_variable_is_in_the_configuration_page
+        assert f"| {var.default.replace('|', chr(92) + '|')} |" in row, (
+            f"docs/configuration.md's default for {var.name} is stale"
+        )
 
 
 def test_compose_runs_every_process_with_known_variables() -> None:
@@ -109,3 +118,69 @@ def test_compose_grafana_is_provisioned_with_the_prometheus_datasource_and_the_d
         for panel in panels:
             assert panel["datasource"]["uid"] == datasource["uid"], panel["title"]
             assert panel["targets"] and all(t["expr"].strip() for t in panel["targets"]), panel["title"]
+
+
+def _markdown_files() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def _without_code_blocks(text: str) -> str:
+    return re.sub(r"^```.*?^```", "", text, flags=re.MULTILINE | re.DOTALL)
+
+
+def _without_code(text: str) -> str:
+    """The text without its fenced code blocks and inline code: a link written in code is not a link."""
+    return re.sub(r"`[^`]*`", "", _without_code_blocks(text))
+
+
+def _relative_links(path: Path) -> list[str]:
+    """Every link target of ``path`` that is not a URL (``http:``, ``mailto:``...), as written."""
+    targets = re.findall(r"\]\(([^)\s]+)\)", _without_code(path.read_text()))
+    return [t for t in targets if not re.match(r"^[a-z][a-z0-9+.-]*:", t)]
+
+
+def _anchors(path: Path) -> set[str]:
+    """The heading anchors GitHub makes for ``path``: lowercased, punctuation dropped, spaces to hyphens."""
+    anchors: set[str] = set()
+    for heading in re.findall(r"^#{1,6} (.+)$", _without_code_blocks(path.read_text()), flags=re.MULTILINE):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        anchor, n = slug, 0
+        while anchor in anchors:
+            n += 1
+            anchor = f"{slug}-{n}"
+        anchors.add(anchor)
+    return anchors
+
+
+def test_every_docs_page_is_linked_from_the_readme() -> None:
+    pages = sorted((ROOT / "docs").glob("*.md"))
+    assert pages, "docs/ has no page"
+    linked = {(ROOT / t.partition("#")[0]).resolve() for t in _relative_links(ROOT / "README.md")}
+    unlinked = [p.name for p in pages if p.resolve() not in linked]
+    assert not unlinked, f"README.md links no page {unlinked}: add them to its index"
+
+
+def test_every_relative_link_points_at_a_file_that_exists() -> None:
+    broken = []
+    for path in _markdown_files():
+        for target in _relative_links(path):
+            file_part = target.partition("#")[0]
+            if file_part and not (path.parent / file_part).exists():
+                broken.append(f"{path.relative_to(ROOT)}: {target}")
+    assert not broken, f"links to files that are not there: {broken}"
+
+
+def test_every_anchor_of_a_relative_link_is_a_heading_of_its_page() -> None:
+    broken = []
+    for path in _markdown_files():
+        for target in _relative_links(path):
+            file_part, _, anchor = target.partition("#")
+            page = (path.parent / file_part) if file_part else path
+            if anchor and page.suffix == ".md" and page.exists() and anchor not in _anchors(page):
+                broken.append(f"{path.relative_to(ROOT)}: {target}")
+    assert not broken, f"links to headings that are not there: {broken}"
+
+
+def test_the_readme_stays_short() -> None:
+    lines = len((ROOT / "README.md").read_text().splitlines())
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines: move detail to a page under docs/"
