@@ -30,6 +30,10 @@ run: migrate
 test: bootstrap services
 	bash scripts/test.sh $(ARGS)
 
+# The everyday loop: every test that needs no real engine (marker `engine`) and no live stack (marker `live`).
+test-fast: bootstrap services
+	TEST_LANE=fast bash scripts/test.sh $(ARGS)
+
 lint: bootstrap
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

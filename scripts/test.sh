@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite against the real Postgres and Redis (started by `make services`).
+# TEST_LANE=fast (`make test-fast`) runs only the tests that need no real engine and no live stack
+# (`-m "not engine and not live"`, see pyproject.toml's markers) and skips the browser install.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/redis-env.sh
@@ -12,6 +14,9 @@ export CELERY_BROKER_URL="${TEST_CELERY_BROKER_URL:-$(redis_url 2)}"
 mkdir -p artifacts
 # The engine tests load the default model from the local model cache; quick no-op once it is there.
 .venv/bin/python manage.py prepare_model
+if [ "${TEST_LANE:-}" = fast ]; then
+  exec .venv/bin/pytest --create-db -m "not engine and not live" "$@"
+fi
 # The browser tests (tests/ui) drive Debian's headless Chromium; installs it once when missing.
 bash scripts/browser.sh
 exec .venv/bin/pytest --create-db "$@"

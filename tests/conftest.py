@@ -12,6 +12,18 @@ from accounts.models import User
 from core.redis_client import get_redis
 from tests.factories import UserFactory
 
+LIVE_FIXTURES = frozenset({"live_stack"})
+"""Fixtures that start the stack's own processes: a test that uses one is ``live`` wherever it sits."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marks ``live`` every test that uses a live stack or drives the browser (which needs one), so
+    ``make test-fast`` (``-m "not engine and not live"``) leaves it out without each module saying so."""
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if fixtures & LIVE_FIXTURES or item.get_closest_marker("browser"):
+            item.add_marker(pytest.mark.live)
+
 
 @pytest.fixture(autouse=True)
 def clean_redis() -> Iterator[redis.Redis]:
