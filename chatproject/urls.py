@@ -7,7 +7,6 @@ from chats.apis import ChatListCreateApi
 from deployments.apis import ModelListApi
 from monitoring.health import healthz, readyz
 from monitoring.prometheus import metrics
-from openai_api.apis import chat_completions, completions, models
 from runs.apis import ChatDetailApi, ChatMessagesApi, RunCancelApi, RunDetailApi
 from runs.streaming.views import run_stream
 
@@ -24,9 +23,7 @@ urlpatterns = [
     path("api/runs/<int:run_id>", RunDetailApi.as_view(), name="run-detail"),
     path("api/runs/<int:run_id>/cancel", RunCancelApi.as_view(), name="run-cancel"),
     path("api/runs/<int:run_id>/stream", run_stream, name="run-stream"),
-    path("v1/models", models, name="openai-models"),
-    path("v1/chat/completions", chat_completions, name="openai-chat-completions"),
-    path("v1/completions", completions, name="openai-completions"),
+    path("", include("openai_api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
     path("", include("web.urls")),

@@ -71,7 +71,7 @@ class EngineConfig:
     (``ModelDeployment.engine_args``; empty for a config read from the environment)."""
     tool_call_parser: str = ""
     """One of vLLM's tool-call parsers (``hermes``...) for ``tool_choice: "auto"``; empty: none, and "auto" is a 400
-    (named and "required" tool choices need none). See ``openai_api.tools.SUPPORTED_TOOL_CALL_PARSERS``."""
+    (named and "required" tool choices need none). See ``openai_api.tools.parsing.SUPPORTED_TOOL_CALL_PARSERS``."""
 
     @property
     def default_model_dir(self) -> Path:

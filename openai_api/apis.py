@@ -39,7 +39,9 @@ from openai_api.requests import (
 )
 from openai_api.services import chat_completion_create, completion_abandon, text_completion_create
 from openai_api.streaming import DONE, KEEPALIVE, Completion, collect, follow_choices
-from openai_api.tools import ToolCallStream, ToolMode, ToolRequest, finish_reason, tool_calls_from_text
+from openai_api.tools.calls import finish_reason, tool_calls_from_text
+from openai_api.tools.parsing import ToolMode, ToolRequest
+from openai_api.tools.streaming import ToolCallStream
 from runs.models import Run
 
 logger = logging.getLogger(__name__)

@@ -35,7 +35,8 @@ from openai_api.params import (
     parse_sampling,
     refuse_unknown,
 )
-from openai_api.tools import ToolRequest, parse_tools, request_structured_outputs, tool_turn
+from openai_api.tools.history import tool_turn
+from openai_api.tools.parsing import ToolRequest, parse_tools, request_structured_outputs
 
 SYSTEM_ROLES = ("system", "developer")
 TURN_ROLES = ("user", "assistant")

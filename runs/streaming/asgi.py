@@ -6,12 +6,16 @@ idle thread per connected client, 2,000 threads for 2,000 streams. This handler 
 without that context, so the middleware's short steps share asgiref's one thread-sensitive thread; the
 stream's own database reads run on :mod:`core.db_executor` threads. Same URL resolution, middleware,
 view and responses as every other path.
+
+Which paths take this route is the caller's to say (:func:`with_stream_route`'s ``paths``): the run streams'
+(:data:`RUN_STREAM_PATH`) and those of any app whose responses wait as long (the wiring, ``chatproject/asgi.py``,
+adds the OpenAI-compatible completions).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from django.core.handlers.asgi import ASGIHandler
@@ -21,8 +25,8 @@ Receive = Callable[[], Awaitable[Mapping[str, Any]]]
 Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-# Long-lived responses: the run streams and the OpenAI-compatible completions (which wait for their run).
-STREAM_PATH = re.compile(r"^(/api/runs/\d+/stream|/v1/chat/completions|/v1/completions)$")
+RUN_STREAM_PATH = r"/api/runs/\d+/stream"
+"""``GET /api/runs/{id}/stream`` (``run-stream`` in ``chatproject/urls.py``), as a regular expression of the path."""
 
 
 class StreamASGIHandler(ASGIHandler):
@@ -32,12 +36,17 @@ class StreamASGIHandler(ASGIHandler):
         await self.handle(scope, receive, send)
 
 
-def with_stream_route(app: ASGIApp) -> ASGIApp:
-    """``app`` for every path but the run streams, which go to :class:`StreamASGIHandler`."""
+def with_stream_route(app: ASGIApp, *, paths: Iterable[str]) -> ASGIApp:
+    """``app`` for every path but the long-lived responses, which go to :class:`StreamASGIHandler`.
+
+    ``paths``: regular expressions, each of a whole request path (:data:`RUN_STREAM_PATH`...). They are joined
+    into one pattern here, once, so a request costs one match whatever the number of paths.
+    """
     streams = StreamASGIHandler()
+    is_stream = re.compile(rf"^({'|'.join(paths)})$").match
 
     async def application(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and STREAM_PATH.match(scope["path"]):
+        if scope["type"] == "http" and is_stream(scope["path"]):
             await streams(scope, receive, send)
         else:
             await app(scope, receive, send)

@@ -22,9 +22,10 @@ from rest_framework.test import APIClient
 from accounts.models import User
 from core.logs import RequestIdFilter, record_fields
 from core.request_id import REQUEST_ID_PATTERN, current_request_id, request_id_for
+from openai_api.urls import STREAM_PATHS as OPENAI_STREAM_PATHS
 from runs.models import RunStatus
 from runs.streaming import views as stream_views
-from runs.streaming.asgi import with_stream_route
+from runs.streaming.asgi import RUN_STREAM_PATH, with_stream_route
 from runs.streaming.contract import RunStreamWriter, StreamEvent
 from tests.factories import ChatFactory, RunFactory
 
@@ -110,7 +111,8 @@ def asgi_request(
     path: str, *, method: str = "GET", headers: dict[str, str] | None = None
 ) -> tuple[int, dict[str, str], bytes]:
     """One request through the project's ASGI routing (the stream route included), on a fresh loop/thread."""
-    app = with_stream_route(ASGIHandler())  # not get_asgi_application(): setup() would reconfigure logging
+    # As chatproject/asgi.py routes it; not get_asgi_application(): setup() would reconfigure logging.
+    app = with_stream_route(ASGIHandler(), paths=(RUN_STREAM_PATH, *OPENAI_STREAM_PATHS))
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
