@@ -604,10 +604,10 @@ def admission_latency(redis_url: str, n: int) -> None:
     print("\n== 5. Admission refusal latency (real Redis, the real Lua script, one round trip) ==")
     import redis
 
-    from scheduling.token_bucket import Admission, AdmissionTimeouts, Limits
+    from scheduling.token_bucket import BucketTimeouts, Limits, TokenBuckets
 
     client = redis.Redis.from_url(redis_url, decode_responses=True)
-    admission = Admission(client, AdmissionTimeouts(pending_ttl_s=60, run_ttl_s=600, queue_retry_after_s=5))
+    admission = TokenBuckets(client, BucketTimeouts(pending_ttl_s=60, run_ttl_s=600, queue_retry_after_s=5))
     limits = Limits(
         bucket_capacity_tokens=1000, bucket_refill_per_s=0.001, max_concurrent_runs=1000, queue_depth_limit=10**9
     )

@@ -38,6 +38,7 @@ from runs.dispatcher_figures import QUEUE_WAIT_BUCKETS_S, read_dispatcher_figure
 from runs.models import ACTIVE_STATUSES, Run
 from runs.queueing import get_scheduler_store
 from runs.streaming.load import count_active_streams
+from scheduling.store import QueueDepths
 
 logger = logging.getLogger(__name__)
 
@@ -181,7 +182,7 @@ def _worker_families() -> Iterator[Metric]:
 
 
 def _queue_families() -> Iterator[Metric]:
-    store = get_scheduler_store()
+    store: QueueDepths = get_scheduler_store()
     depth = GaugeMetricFamily("chat_queue_depth", "Runs waiting in the scheduler's queue.", labels=["tier"])
     for tier in store.tiers:
         depth.add_metric([tier], store.queue_depth(tier))

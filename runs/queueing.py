@@ -19,6 +19,7 @@ from runs.events import RunEvent, log_run_event
 from runs.models import Run
 from scheduling.policy import QueuedRun
 from scheduling.redis_store import RedisQueueStore
+from scheduling.store import QueueStore, RunQueueWriter
 
 logger = logging.getLogger(__name__)
 
@@ -28,8 +29,9 @@ def _tier_names() -> list[str]:
 
 
 @lru_cache(maxsize=1)
-def get_scheduler_store() -> RedisQueueStore:
-    """The scheduler's queues; the tiers are read from Postgres only if the caller reads the queues by tier."""
+def get_scheduler_store() -> QueueStore:
+    """The scheduler's queues; the tiers are read from Postgres only if the caller reads the queues by tier. Each
+    caller keeps it as the role it uses (``scheduling.store``: ``RunQueueWriter``, ``QueueMembership``, ...)."""
     return RedisQueueStore(get_redis(), tiers=_tier_names)
 
 
@@ -53,7 +55,8 @@ def run_enqueue(*, run: Run, limits: EffectiveLimits | None = None) -> None:
     limits = limits or user_limits(user=run.user)
     cost = run.reserved_tokens or (count_input_tokens(run.user_message.content) + run.max_tokens)
     served = deployment_by_id(run.deployment_id)
-    get_scheduler_store().push(
+    store: RunQueueWriter = get_scheduler_store()
+    store.push(
         QueuedRun(
             run_id=run.pk,
             user_id=run.user_id,

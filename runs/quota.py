@@ -1,7 +1,7 @@
 """The quota adapter: the user's limits from the database applied through the token bucket in Redis
 (``scheduling.token_bucket``).
 
-``admission_reserve`` runs before ``run_create``'s transaction and raises a 429 ``TooManyRequestsError``
+``quota_reserve`` runs before ``run_create``'s transaction and raises a 429 ``TooManyRequestsError``
 (with ``Retry-After``) when a limit is hit, so a refused prompt writes nothing. The reservation is bound to
 the run when the transaction commits and released otherwise. ``run_account_end`` is called by the one
 service step that ends a run (``runs.services``): it records the day's usage and, after commit, refunds the
@@ -32,17 +32,19 @@ from runs.counters import record_admitted, record_refused, record_run_end
 from runs.events import RunEvent, log_event, log_run_event
 from runs.models import Run, RunStatus
 from runs.queueing import get_scheduler_store
-from scheduling.token_bucket import Admission, AdmissionTimeouts, Limits, RefusalReason, retry_after_header, run_member
+from scheduling.store import RunQueueWriter
+from scheduling.token_bucket import BucketTimeouts, Limits, RefusalReason, TokenBuckets, retry_after_header, run_member
 
 logger = logging.getLogger(__name__)
 
 
 @lru_cache(maxsize=1)
-def get_admission() -> Admission:
+def get_token_buckets() -> TokenBuckets:
+    """The token-bucket scripts over the shared Redis, with the scheduler's reservation timeouts."""
     cfg = settings.SCHEDULER
-    return Admission(
+    return TokenBuckets(
         get_redis(),
-        AdmissionTimeouts(
+        BucketTimeouts(
             pending_ttl_s=cfg.admission_pending_ttl_s,
             run_ttl_s=cfg.admission_run_ttl_s,
             queue_retry_after_s=cfg.queue_retry_after_s,
@@ -67,8 +69,8 @@ _REFUSALS = {
 
 
 @dataclass
-class AdmissionTicket:
-    """A reservation made by ``admission_reserve``; bound to the run on commit, released otherwise."""
+class QuotaTicket:
+    """A reservation made by ``quota_reserve``; bound to the run on commit, released otherwise."""
 
     user_id: int
     tier: str
@@ -83,7 +85,7 @@ class AdmissionTicket:
 
         def bind_and_hand_on() -> None:
             self.bound = True
-            get_admission().bind(
+            get_token_buckets().bind(
                 user_id=self.user_id, tier=self.tier, reservation_id=self.reservation_id, run_id=run.pk
             )
             record_admitted(tier=self.tier)
@@ -103,7 +105,7 @@ class AdmissionTicket:
         """Gives the whole reservation back when the run was never committed (an error, a 409, a rollback)."""
         if self.bound or transaction.get_connection().in_atomic_block:
             return  # bound, or an outer transaction may still commit it (else the pending expiry reclaims it)
-        get_admission().settle(
+        get_token_buckets().settle(
             user_id=self.user_id,
             tier=self.tier,
             member=self.reservation_id,
@@ -112,7 +114,7 @@ class AdmissionTicket:
         )
 
 
-def admission_reserve(*, user: User, limits: EffectiveLimits, input_tokens: int, max_tokens: int) -> AdmissionTicket:
+def quota_reserve(*, user: User, limits: EffectiveLimits, input_tokens: int, max_tokens: int) -> QuotaTicket:
     """Admits a prompt or raises ``TooManyRequestsError`` (429, ``Retry-After``) saying which limit was hit.
 
     ``limits`` are the user's effective limits (``user_limits``) and ``input_tokens`` the new message's
@@ -120,7 +122,7 @@ def admission_reserve(*, user: User, limits: EffectiveLimits, input_tokens: int,
     """
     cost = input_tokens + max_tokens
     try:
-        decision = get_admission().admit(user_id=user.pk, tier=limits.tier, cost=cost, limits=bucket_limits(limits))
+        decision = get_token_buckets().admit(user_id=user.pk, tier=limits.tier, cost=cost, limits=bucket_limits(limits))
     except redis.RedisError as exc:
         logger.exception("admission unavailable")
         raise DomainError(
@@ -130,7 +132,7 @@ def admission_reserve(*, user: User, limits: EffectiveLimits, input_tokens: int,
             headers={"Retry-After": "5"},
         ) from exc
     if decision.admitted:
-        return AdmissionTicket(
+        return QuotaTicket(
             user_id=user.pk,
             tier=limits.tier,
             reservation_id=decision.reservation_id,
@@ -194,10 +196,10 @@ def run_account_end(*, run: Run) -> None:
         try:
             user = run.user if Run.user.is_cached(run) else User.objects.select_related("tier").get(pk=user_id)
             limits = user_limits(user=user)
-            store = get_scheduler_store()
+            store: RunQueueWriter = get_scheduler_store()
             if store.remove(run_id) == 2:  # it was dispatched: the fair-share counter charged it in full
                 store.add_refund(tier=limits.tier, user_id=user_id, amount=unused / max(limits.share_weight, 1e-6))
-            get_admission().settle(
+            get_token_buckets().settle(
                 user_id=user_id,
                 tier=limits.tier,
                 member=run_member(run_id),

@@ -14,6 +14,7 @@ from runs.events import RunEvent, log_run_event
 from runs.models import Run, RunStatus
 from runs.queueing import get_scheduler_store, run_enqueue
 from runs.services import run_fail, run_requeue_orphan
+from scheduling.store import QueueMembership
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ def requeue_lost_runs(*, older_than_s: float = 30.0, limit: int = 500) -> list[i
     Their push was lost: Redis was unreachable when the run committed, Redis lost its data, or the run's
     in-flight entry expired (``SCHED_IN_FLIGHT_TTL_S``) without the run ever starting (a lost Celery message).
     """
-    store = get_scheduler_store()
+    store: QueueMembership = get_scheduler_store()
     cutoff = timezone.now() - timedelta(seconds=older_than_s)
     lost = []
     runs = Run.objects.filter(status=RunStatus.QUEUED, created_at__lt=cutoff).select_related(

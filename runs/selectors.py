@@ -10,7 +10,7 @@ from accounts.models import User
 from chats.models import Chat
 from runs.models import ACTIVE_STATUSES, Run, RunStatus
 from runs.queueing import get_scheduler_store
-from scheduling.store import Position
+from scheduling.store import Position, QueuePositions
 
 
 def run_get(*, user: User, run_id: int) -> Run:
@@ -32,4 +32,5 @@ def run_queue_positions(*, runs: Iterable[Run | None]) -> dict[int, Position]:
     queued = [run.pk for run in runs if run is not None and run.status == RunStatus.QUEUED]
     if not queued:
         return {}
-    return get_scheduler_store().positions(queued)
+    store: QueuePositions = get_scheduler_store()
+    return store.positions(queued)

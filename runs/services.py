@@ -32,7 +32,7 @@ from runs.events import RunEvent, log_run_end, log_run_event, seconds_between
 from runs.models import ACTIVE_STATUSES, FinishReason, PromptMode, Recovery, Run, RunStatus
 from runs.prompt_insert import prompt_insert
 from runs.queueing import run_enqueue
-from runs.quota import admission_reserve, run_account_end
+from runs.quota import quota_reserve, run_account_end
 from runs.streaming.contract import RunStreamWriter, StreamedAnswer, run_terminal_event
 
 logger = logging.getLogger(__name__)
@@ -140,7 +140,7 @@ def _run_create(
         system_prompt=system_prompt,
     )
     # 429 before any write; the message was just tokenized for the fit check, so admission reuses that count.
-    ticket = admission_reserve(user=user, limits=limits, input_tokens=max(1, token_count), max_tokens=max_tokens)
+    ticket = quota_reserve(user=user, limits=limits, input_tokens=max(1, token_count), max_tokens=max_tokens)
     message = Message(chat_id=chat_id, role=prompt_role, content=content, token_count=token_count)
     run = Run(
         chat_id=chat_id,

@@ -24,7 +24,7 @@ import redis
 
 from scheduling.gate import EngineLoad, EngineSample, GatePolicy, aggregate, deployment_loads, engine_load
 from scheduling.policy import FairPolicy, QueuedRun, forecast_order
-from scheduling.store import Position, QueueStore
+from scheduling.store import DispatcherStore, Position
 
 logger = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ class Dispatcher:
     def __init__(
         self,
         *,
-        store: QueueStore,
+        store: DispatcherStore,
         policy: FairPolicy,
         gate: GatePolicy,
         settings: DispatcherSettings,

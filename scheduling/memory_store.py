@@ -20,7 +20,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
 
-from scheduling.policy import MemoryQueues, QueuedRun
+from scheduling.policy import QueuedRun, UserQueues
 from scheduling.store import InFlight, Position
 
 
@@ -142,9 +142,9 @@ class MemoryQueueStore:
                     heads.setdefault(tier, {})[user] = self._meta[ids[0]]
             return heads
 
-    def all_queued(self) -> MemoryQueues:
+    def all_queued(self) -> UserQueues:
         with self._lock:
-            queues = MemoryQueues()
+            queues = UserQueues()
             for tier in self.tiers:
                 for ids in self._queues.get(tier, {}).values():
                     for run_id in ids:
@@ -203,7 +203,8 @@ class MemoryQueueStore:
             self._rate = (float(f"{per_s:.6f}"), self.clock() + ttl_s)
 
     def rate(self) -> float | None:
-        """The dispatch rate last written, None once it expired (admission reads it from Redis; tests here)."""
+        """The dispatch rate last written, None once it expired (tests read it here; over Redis, the token bucket's
+        script reads it)."""
         with self._lock:
             if self._rate is None or self._rate[1] <= self.clock():
                 return None

@@ -217,8 +217,10 @@ class FairPolicy:
                 self.floor_credit[name] = float(credit)
 
 
-class MemoryQueues:
-    """Per-tier, per-user FIFO queues in memory (tests, benchmarks, and the position forecast)."""
+class UserQueues:
+    """The queued runs as plain per-tier, per-user FIFO queues that the policy drains (``dispatch_one``): the
+    position forecast's copy of the backlog (``QueueStore.all_queued``), tests and benchmarks. Not a queue store:
+    ``scheduling.memory_store.MemoryQueueStore`` is the in-memory implementation of that."""
 
     def __init__(self) -> None:
         self._queues: dict[str, dict[int, deque[QueuedRun]]] = {}
@@ -242,9 +244,7 @@ class MemoryQueues:
         return sum(len(q) for users in self._queues.values() for q in users.values())
 
 
-def dispatch_one(
-    policy: FairPolicy, queues: MemoryQueues, admits: Callable[[str, QueuedRun], bool]
-) -> QueuedRun | None:
+def dispatch_one(policy: FairPolicy, queues: UserQueues, admits: Callable[[str, QueuedRun], bool]) -> QueuedRun | None:
     """One scheduling decision over in-memory queues: sync, choose, charge, pop."""
     heads = queues.heads()
     policy.sync(heads)
@@ -256,7 +256,7 @@ def dispatch_one(
     return run
 
 
-def forecast_order(policy: FairPolicy, queues: MemoryQueues, limit: int) -> list[QueuedRun]:
+def forecast_order(policy: FairPolicy, queues: UserQueues, limit: int) -> list[QueuedRun]:
     """The order the queued runs would be dispatched in if nothing new arrived (for queue positions)."""
     policy = copy.deepcopy(policy)
     queues = copy.deepcopy(queues)

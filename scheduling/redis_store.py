@@ -36,7 +36,7 @@ from typing import Any
 
 import redis
 
-from scheduling.policy import MemoryQueues, QueuedRun
+from scheduling.policy import QueuedRun, UserQueues
 from scheduling.store import (
     INFLIGHT_KEY,
     INFLIGHT_USERS_KEY,
@@ -227,7 +227,7 @@ class RedisQueueStore:
         run_ids = pipe.execute()
         return self._with_meta([(tier, user, rid) for (tier, user), rid in zip(pairs, run_ids, strict=True) if rid])
 
-    def all_queued(self) -> MemoryQueues:
+    def all_queued(self) -> UserQueues:
         """Every queued run, per tier and user, in queue order (for the position forecast)."""
         pairs = self._backlogged()
         pipe = self.client.pipeline(transaction=False)
@@ -235,7 +235,7 @@ class RedisQueueStore:
             pipe.lrange(user_queue_key(tier, user), 0, -1)
         lists = pipe.execute()
         triples = [(tier, user, rid) for (tier, user), ids in zip(pairs, lists, strict=True) for rid in ids]
-        queues = MemoryQueues()
+        queues = UserQueues()
         for users in self._with_meta_list(triples):
             queues.push(users)
         return queues

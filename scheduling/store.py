@@ -2,7 +2,16 @@
 
 Web processes ``push`` admitted runs and ``remove`` them when they are cancelled or end; the dispatcher reads
 the backlog (``heads``, ``all_queued``), claims the run the policy chose (``claim``) and counts the runs in flight.
-``QueueStore`` lists those operations; two implementations keep the same semantics:
+Each consumer sees only the role it uses, a small ``Protocol`` (mypy then proves it uses nothing more):
+
+* ``DispatcherStore``: the dispatcher (the backlog, claims, runs in flight, positions and rate it publishes, the
+  policy state and refunds it keeps, the leader lock).
+* ``RunQueueWriter``: the quota path around a run (queue it once committed; take it out and refund it once ended).
+* ``QueueMembership``: the reaper (is a run Postgres calls queued known here?).
+* ``QueueDepths``: the metrics (queue depth per tier).
+* ``QueuePositions``: the API (the queued runs' positions and estimated waits).
+
+``QueueStore`` is their union, the whole interface; two implementations keep the same semantics:
 
 * ``scheduling.redis_store.RedisQueueStore``: the shared state of a deployment (every mutation one Lua script).
 * ``scheduling.memory_store.MemoryQueueStore``: one process's memory (tests, the virtual-time benchmark), so the
@@ -30,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from scheduling.policy import MemoryQueues, QueuedRun
+from scheduling.policy import QueuedRun, UserQueues
 
 PREFIX = "sched:"
 INFLIGHT_KEY = f"{PREFIX}inflight"
@@ -77,45 +86,17 @@ class Position:
     estimated_wait_s: float | None
 
 
-class QueueStore(Protocol):
-    """The queue operations the dispatcher and the web side use (see the module docstring for the semantics)."""
+class DispatcherStore(Protocol):
+    """The store as ``scheduling.dispatcher.Dispatcher`` drives it: read the backlog and the runs in flight, claim
+    the run the policy chose (and push it back when sending fails), publish the positions and the dispatch rate,
+    keep the policy's counters and pending refunds, hold the leader lock, and idle until there is work."""
 
     @property
     def tiers(self) -> list[str]:
         """The tier names whose queues ``heads`` and ``all_queued`` read (callers pass them in priority order)."""
         ...
 
-    # -- web side ----------------------------------------------------------------------------------
-
-    def push(self, run: QueuedRun) -> bool:
-        """Queues ``run`` behind its user's other runs in its tier; False if it is already queued."""
-        ...
-
-    def remove(self, run_id: int) -> int:
-        """Takes the run out of the queue (1) or out of the in-flight set (2); 0 when it was in neither."""
-        ...
-
-    def is_queued_or_in_flight(self, run_id: int, tier: str) -> bool:
-        """Whether the store knows the run at all (a run it does not know lost its push and is queued again)."""
-        ...
-
-    def queue_depth(self, tier: str) -> int:
-        """The number of runs queued in ``tier`` (admission bounds it)."""
-        ...
-
-    def position(self, run_id: int) -> Position | None:
-        """The queued run's last forecast position and wait; None when it has none (dispatched, or not yet)."""
-        ...
-
-    def positions(self, run_ids: list[int]) -> dict[int, Position]:
-        """:meth:`position` of several runs in one read; runs without a position are absent."""
-        ...
-
-    def add_refund(self, *, tier: str, user_id: int, amount: float) -> None:
-        """Credits ``amount`` counter units back to the user (a dispatched run ended using fewer tokens)."""
-        ...
-
-    # -- dispatcher side ---------------------------------------------------------------------------
+    # -- the backlog and the runs in flight ---------------------------------------------------------
 
     def wait_for_work(self, timeout_s: float) -> bool:
         """Waits until a run is queued or leaves the in-flight set (True), or at most ``timeout_s`` (False)."""
@@ -125,7 +106,7 @@ class QueueStore(Protocol):
         """Each backlogged user's first run per tier (read without a lock: ``claim`` re-checks)."""
         ...
 
-    def all_queued(self) -> MemoryQueues:
+    def all_queued(self) -> UserQueues:
         """Every queued run, per tier and user, in queue order (for the position forecast)."""
         ...
 
@@ -133,20 +114,31 @@ class QueueStore(Protocol):
         """Atomically takes ``run`` off the head of its user's queue and marks it in flight since ``now``."""
         ...
 
+    def push(self, run: QueuedRun) -> bool:
+        """Queues ``run`` behind its user's other runs in its tier (a claimed run whose sending failed goes
+        back); False if it is already queued."""
+        ...
+
+    def remove(self, run_id: int) -> int:
+        """Takes the run out of the queue (1) or out of the in-flight set (2); 0 when it was in neither."""
+        ...
+
     def in_flight(self, *, now: float, ttl_s: float, since: float | None = None) -> InFlight:
         """The runs in flight (``recent``: dispatched at or after ``since``); reclaims those older than ``ttl_s``."""
         ...
+
+    # -- what the leader publishes and keeps --------------------------------------------------------
 
     def write_positions(self, positions: dict[int, Position]) -> None:
         """Replaces every queued run's position with ``positions``."""
         ...
 
-    def take_refunds(self) -> list[tuple[str, int, float]]:
-        """Reads and clears the pending refunds as ``(tier, user, amount)``, atomically."""
+    def write_rate(self, per_s: float, *, ttl_s: int = 120) -> None:
+        """Publishes the recent dispatch rate for ``ttl_s`` seconds (the token bucket's ``Retry-After`` uses it)."""
         ...
 
-    def write_rate(self, per_s: float, *, ttl_s: int = 120) -> None:
-        """Publishes the recent dispatch rate for ``ttl_s`` seconds (admission's ``Retry-After`` uses it)."""
+    def take_refunds(self) -> list[tuple[str, int, float]]:
+        """Reads and clears the pending refunds as ``(tier, user, amount)``, atomically."""
         ...
 
     def load_policy(self) -> dict[str, Any]:
@@ -156,6 +148,8 @@ class QueueStore(Protocol):
     def save_policy(self, state: dict[str, Any]) -> None:
         """Saves the policy state (a JSON-able dict, not changed afterwards) for the next tick or the next leader."""
         ...
+
+    # -- leadership ---------------------------------------------------------------------------------
 
     def new_lock_token(self) -> str:
         """A token that identifies one dispatcher to the leader lock."""
@@ -168,3 +162,61 @@ class QueueStore(Protocol):
     def release_leadership(self, token: str) -> None:
         """Gives the leader lock up if ``token`` holds it."""
         ...
+
+
+class RunQueueWriter(Protocol):
+    """The store as the quota path around a run writes it: ``runs.queueing.run_enqueue`` queues a committed run,
+    and ``runs.quota.run_account_end`` takes an ended run out and credits its unused tokens back to the user's
+    fair-share counter."""
+
+    def push(self, run: QueuedRun) -> bool:
+        """Queues ``run`` behind its user's other runs in its tier; False if it is already queued."""
+        ...
+
+    def remove(self, run_id: int) -> int:
+        """Takes the run out of the queue (1) or out of the in-flight set (2); 0 when it was in neither."""
+        ...
+
+    def add_refund(self, *, tier: str, user_id: int, amount: float) -> None:
+        """Credits ``amount`` counter units back to the user (a dispatched run ended using fewer tokens)."""
+        ...
+
+
+class QueueMembership(Protocol):
+    """The store as ``runs.reaper.requeue_lost_runs`` reads it: whether a run Postgres calls queued is known here."""
+
+    def is_queued_or_in_flight(self, run_id: int, tier: str) -> bool:
+        """Whether the store knows the run at all (a run it does not know lost its push and is queued again)."""
+        ...
+
+
+class QueueDepths(Protocol):
+    """The store as ``monitoring.prometheus`` reads it for ``/metrics``: the queue depth of every tier."""
+
+    @property
+    def tiers(self) -> list[str]:
+        """The tier names, in priority order."""
+        ...
+
+    def queue_depth(self, tier: str) -> int:
+        """The number of runs queued in ``tier`` (the token bucket's script bounds it)."""
+        ...
+
+
+class QueuePositions(Protocol):
+    """The store as the API reads it (``runs.selectors.run_queue_positions``): the queued runs' positions and waits,
+    as the dispatcher last forecast them."""
+
+    def position(self, run_id: int) -> Position | None:
+        """The queued run's last forecast position and wait; None when it has none (dispatched, or not yet)."""
+        ...
+
+    def positions(self, run_ids: list[int]) -> dict[int, Position]:
+        """:meth:`position` of several runs in one read; runs without a position are absent."""
+        ...
+
+
+class QueueStore(DispatcherStore, RunQueueWriter, QueueMembership, QueueDepths, QueuePositions, Protocol):
+    """The whole store: every role above, which each backend (``RedisQueueStore``, ``MemoryQueueStore``)
+    implements and the contract tests (``tests/scheduling/test_store_contract.py``) hold both to. Consumers take
+    the role they use, not this."""

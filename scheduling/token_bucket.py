@@ -181,7 +181,9 @@ class Limits:
 
 
 @dataclass(frozen=True)
-class AdmissionTimeouts:
+class BucketTimeouts:
+    """How long the scripts keep a reservation, and the queue-full ``Retry-After`` they fall back on."""
+
     pending_ttl_s: float
     """An admission the web process never committed (and never released) is reclaimed after this long."""
     run_ttl_s: float
@@ -201,10 +203,11 @@ class Decision:
     """Tokens left in the bucket (admitted or refused for tokens), queue depth, or concurrent runs."""
 
 
-class Admission:
-    """The admission scripts over one Redis database (a client with ``decode_responses=True``)."""
+class TokenBuckets:
+    """Every user's token bucket and reservations (with the caps checked alongside) over one Redis database: the
+    admission scripts, through a client with ``decode_responses=True``."""
 
-    def __init__(self, client: redis.Redis, timeouts: AdmissionTimeouts) -> None:
+    def __init__(self, client: redis.Redis, timeouts: BucketTimeouts) -> None:
         self.client = client
         self.timeouts = timeouts
         self._admit = client.register_script(_ADMIT)

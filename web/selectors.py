@@ -10,7 +10,7 @@ import redis
 
 from accounts.limits import EffectiveLimits, user_limits
 from accounts.models import User
-from runs.quota import bucket_limits, get_admission
+from runs.quota import bucket_limits, get_token_buckets
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ class AccountSummary:
 def remaining_budget(*, user: User, limits: EffectiveLimits) -> int | None:
     """The user's token bucket as admission sees it now (read only: refilled, not written back)."""
     try:
-        tokens = get_admission().bucket_tokens(user_id=user.pk, limits=bucket_limits(limits))
+        tokens = get_token_buckets().bucket_tokens(user_id=user.pk, limits=bucket_limits(limits))
     except redis.RedisError:
         logger.warning("cannot read the token bucket of user %s", user.pk, exc_info=True)
         return None

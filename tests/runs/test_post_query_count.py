@@ -33,7 +33,7 @@ from chats.models import Chat, Message
 from core.errors import ConflictError
 from runs.models import Run, RunStatus
 from runs.queueing import get_scheduler_store
-from runs.quota import bucket_limits, get_admission
+from runs.quota import bucket_limits, get_token_buckets
 from runs.services import run_create
 from tests.factories import ChatFactory, RunFactory, UserFactory
 
@@ -131,7 +131,7 @@ def test_a_429_with_a_token_not_yet_cached_is_the_token_and_the_model_read(
     client = token_client(user)
     chat = ChatFactory.create(owner=user)
     limits = bucket_limits(user_limits(user=user))
-    get_admission().admit(user_id=user.pk, tier=user.tier.name, cost=250, limits=limits)  # 50 tokens left
+    get_token_buckets().admit(user_id=user.pk, tier=user.tier.name, cost=250, limits=limits)  # 50 tokens left
 
     with django_assert_num_queries(2):  # the token; the chat's model
         resp = post(client, chat.pk, max_tokens=100)
@@ -147,7 +147,7 @@ def test_another_users_chat_is_404_in_three_round_trips_and_its_reservation_is_r
     client = token_client(user)
     theirs = ChatFactory.create(owner=other_user, title="")
     limits = bucket_limits(user_limits(user=user))
-    full = get_admission().bucket_tokens(user_id=user.pk, limits=limits)
+    full = get_token_buckets().bucket_tokens(user_id=user.pk, limits=limits)
 
     with django_assert_num_queries(3):  # the token; the chat's model (none: theirs); the prompt's statement (404)
         resp = post(client, theirs.pk)
@@ -158,7 +158,7 @@ def test_another_users_chat_is_404_in_three_round_trips_and_its_reservation_is_r
     theirs.refresh_from_db()
     assert theirs.title == "" and not Message.objects.filter(chat=theirs).exists()
     assert not Run.objects.filter(chat=theirs).exists()
-    assert get_admission().bucket_tokens(user_id=user.pk, limits=limits) == pytest.approx(full, abs=1)
+    assert get_token_buckets().bucket_tokens(user_id=user.pk, limits=limits) == pytest.approx(full, abs=1)
 
 
 @pytest.mark.usefixtures("warm")

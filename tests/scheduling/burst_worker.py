@@ -7,13 +7,13 @@ import time
 
 import redis
 
-from scheduling.token_bucket import Admission, AdmissionTimeouts, Limits
+from scheduling.token_bucket import BucketTimeouts, Limits, TokenBuckets
 
 
 def main(url: str, user_id: int, cost: int, attempts: int, start_at: float) -> None:
-    admission = Admission(
+    admission = TokenBuckets(
         redis.Redis.from_url(url, decode_responses=True),
-        AdmissionTimeouts(pending_ttl_s=600, run_ttl_s=600, queue_retry_after_s=1),
+        BucketTimeouts(pending_ttl_s=600, run_ttl_s=600, queue_retry_after_s=1),
     )
     limits = Limits(
         bucket_capacity_tokens=10_000, bucket_refill_per_s=5.0, max_concurrent_runs=10_000, queue_depth_limit=1_000_000

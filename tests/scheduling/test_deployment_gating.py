@@ -7,7 +7,7 @@ from dataclasses import replace
 from scheduling.gate import EngineSample
 from scheduling.policy import QueuedRun
 from scheduling.store import QueueStore
-from tests.scheduling.test_dispatch import FakeClock, make_dispatcher, q, redis_store, store  # noqa: F401
+from tests.scheduling.test_dispatch import FakeClock, make_dispatcher, q
 
 V1, V2 = "m@v1", "m@v2"
 
@@ -16,7 +16,7 @@ def on(deployment: str, run: QueuedRun) -> QueuedRun:
     return replace(run, deployment=deployment)
 
 
-def test_runs_in_flight_are_counted_per_deployment(store: QueueStore) -> None:  # noqa: F811
+def test_runs_in_flight_are_counted_per_deployment(store: QueueStore) -> None:
     for run in (on(V1, q(1, 10)), on(V1, q(2, 11)), on(V2, q(3, 12))):
         store.push(run)
     assert store.claim(on(V1, q(1, 10)), now=100.0)
@@ -30,12 +30,12 @@ def test_runs_in_flight_are_counted_per_deployment(store: QueueStore) -> None:  
     assert store.in_flight(now=110.0, ttl_s=60).per_deployment == {V1: 1, V2: 1}
 
 
-def test_the_queued_run_keeps_its_deployment(store: QueueStore) -> None:  # noqa: F811
+def test_the_queued_run_keeps_its_deployment(store: QueueStore) -> None:
     store.push(on(V2, q(7, 10)))
     assert store.heads()["free"][10].deployment == V2
 
 
-def test_a_full_deployment_does_not_hold_up_another(store: QueueStore) -> None:  # noqa: F811
+def test_a_full_deployment_does_not_hold_up_another(store: QueueStore) -> None:
     clock, sent = FakeClock(), list[QueuedRun]()
     samples = [
         EngineSample(slots=2, running=2, waiting=3, tpot_s=0.1, updated_at=clock.now, deployment=V1),  # full
@@ -54,7 +54,7 @@ def test_a_full_deployment_does_not_hold_up_another(store: QueueStore) -> None: 
     assert sorted(r.run_id for r in sent) == [1, 2, 3, 4]
 
 
-def test_a_deployment_with_no_worker_uses_the_fallback_cap_on_its_own_runs(store: QueueStore) -> None:  # noqa: F811
+def test_a_deployment_with_no_worker_uses_the_fallback_cap_on_its_own_runs(store: QueueStore) -> None:
     clock, sent = FakeClock(), list[QueuedRun]()
     samples = [EngineSample(slots=8, running=0, waiting=0, tpot_s=None, updated_at=clock.now, deployment=V1)]
     for i in range(1, 6):
@@ -75,7 +75,7 @@ class Gates:
         self.by_deployment.append(dict(deployment_gates))
 
 
-def test_the_gates_are_reported_per_deployment(store: QueueStore) -> None:  # noqa: F811
+def test_the_gates_are_reported_per_deployment(store: QueueStore) -> None:
     clock, sent, observer = FakeClock(), list[QueuedRun](), Gates()
     samples = [
         EngineSample(slots=2, running=2, waiting=3, tpot_s=0.1, updated_at=clock.now, deployment=V1),

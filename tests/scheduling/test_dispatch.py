@@ -7,11 +7,9 @@ import threading
 from collections import Counter
 
 import pytest
-import redis
 
 from scheduling.dispatcher import HEADROOM_TOKEN_ALLOWANCE, Dispatcher, DispatcherSettings, engine_priority
 from scheduling.gate import EngineSample, GatePolicy, TierGate
-from scheduling.memory_store import MemoryQueueStore
 from scheduling.policy import FairPolicy, QueuedRun, TierSpec
 from scheduling.redis_store import RedisQueueStore
 from scheduling.store import InFlight, Position, QueueStore
@@ -46,19 +44,6 @@ class FakeClock:
         return self.now
 
 
-@pytest.fixture
-def redis_store(clean_redis: redis.Redis) -> RedisQueueStore:
-    return RedisQueueStore(clean_redis, tiers=TIERS)
-
-
-@pytest.fixture(params=["redis", "memory"])
-def store(request: pytest.FixtureRequest, redis_store: RedisQueueStore) -> QueueStore:
-    """The tests that hold for any ``QueueStore`` run over both: the dispatcher must not care which it has."""
-    if request.param == "redis":
-        return redis_store
-    return MemoryQueueStore(tiers=TIERS)
-
-
 def make_dispatcher(
     store: QueueStore, samples: list[EngineSample], sent: list[QueuedRun], clock: FakeClock, **kwargs
 ) -> Dispatcher:
@@ -76,25 +61,6 @@ def make_dispatcher(
 
 def q(run_id: int, user: int, tier: str = "free", cost: int = 100) -> QueuedRun:
     return QueuedRun(run_id=run_id, user_id=user, tier=tier, cost=cost, enqueued_at=float(run_id))
-
-
-def test_push_claim_remove(store: QueueStore) -> None:
-    assert store.push(q(1, 10)) and not store.push(q(1, 10))  # idempotent
-    store.push(q(2, 10))
-    store.push(q(3, 11, tier="pro"))
-    assert store.queue_depth("free") == 2
-    heads = store.heads()
-    assert {t: {u: r.run_id for u, r in users.items()} for t, users in heads.items()} == {
-        "free": {10: 1},
-        "pro": {11: 3},
-    }
-    assert not store.claim(q(2, 10))  # not the head
-    assert store.claim(q(1, 10)) and not store.claim(q(1, 10))
-    assert store.in_flight(now=2e9, ttl_s=1e10) == InFlight(total=1, recent=0, per_user={10: 1}, per_deployment={"": 1})
-    assert store.remove(2) == 1  # a queued run leaves the queue at once
-    assert store.heads() == {"pro": {11: q(3, 11, tier="pro")}}
-    assert store.queue_depth("free") == 0
-    assert store.remove(1) == 2 and store.remove(1) == 0  # the in-flight one ended
 
 
 def test_dispatch_follows_the_policy_and_marks_runs_in_flight(store: QueueStore) -> None:
@@ -327,14 +293,6 @@ def test_refunds_of_ended_runs_reach_the_counters(store: QueueStore) -> None:
     # User 1's counter is 50 against user 2's 300: it goes twice first. Without the refund: 3, 4, 5.
     assert [r.run_id for r in sent[2:]] == [3, 5, 4]
     assert store.take_refunds() == []
-
-
-def test_run_end_in_the_web_process_refunds_the_counter_only_for_dispatched_runs(store: QueueStore) -> None:
-    store.push(q(1, 1))
-    assert store.remove(1) == 1  # cancelled while queued: never charged, nothing to refund
-    store.push(q(2, 1))
-    assert store.claim(q(2, 1))
-    assert store.remove(2) == 2
 
 
 def test_an_idle_dispatcher_is_woken_by_a_new_run_instead_of_sleeping_its_tick(redis_store: RedisQueueStore) -> None:

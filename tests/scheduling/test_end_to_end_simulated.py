@@ -13,7 +13,7 @@ from inference_workers.services import generate_run
 from runs.dispatcher_wiring import build_dispatcher
 from runs.models import Run, RunStatus
 from runs.queueing import get_scheduler_store
-from runs.quota import bucket_limits, get_admission
+from runs.quota import bucket_limits, get_token_buckets
 from scheduling.policy import QueuedRun
 from tests.factories import ChatFactory
 from tests.inference_workers.conftest import sim_runtime  # noqa: F401 - the fixture
@@ -28,7 +28,7 @@ def test_prompt_to_done_through_the_dispatcher(api: APIClient, user: User, sim_r
     run_id = resp.json()["run"]["id"]
     limits = bucket_limits(user_limits(user=user))
     full = limits.bucket_capacity_tokens
-    assert get_admission().bucket_tokens(user_id=user.pk, limits=limits) < full - 100
+    assert get_token_buckets().bucket_tokens(user_id=user.pk, limits=limits) < full - 100
 
     sim_runtime.beat()  # a fresh heartbeat: the gate sees an idle engine
     dispatcher = build_dispatcher()
@@ -47,10 +47,10 @@ def test_prompt_to_done_through_the_dispatcher(api: APIClient, user: User, sim_r
     assert run.status == RunStatus.DONE and run.output_tokens == 12
     # 88 of the 100 reserved output tokens came back; the prompt's tokens and the 12 produced stay spent.
     prompt_tokens = run.reserved_tokens - 100
-    assert get_admission().bucket_tokens(user_id=user.pk, limits=limits) == pytest.approx(
+    assert get_token_buckets().bucket_tokens(user_id=user.pk, limits=limits) == pytest.approx(
         full - prompt_tokens - 12, abs=5
     )
-    assert get_admission().reservations(user_id=user.pk) == {}
+    assert get_token_buckets().reservations(user_id=user.pk) == {}
     store = get_scheduler_store()
     assert store.in_flight(now=9e9, ttl_s=1e12).total == 0
     assert store.take_refunds() == [("free", user.pk, 88.0)]

@@ -9,7 +9,7 @@ import pytest
 
 from scheduling.dispatcher import fair_slot_share, user_is_busy
 from scheduling.gate import EngineLoad, EngineSample, GatePolicy, TierGate, aggregate, engine_load
-from scheduling.policy import FairPolicy, MemoryQueues, QueuedRun, TierSpec, dispatch_one, forecast_order
+from scheduling.policy import FairPolicy, QueuedRun, TierSpec, UserQueues, dispatch_one, forecast_order
 
 TIERS = [
     TierSpec("pro", 0),
@@ -25,7 +25,7 @@ def run(user: int, tier: str = "free", cost: int = 100, weight: float = 1.0) -> 
     return QueuedRun(run_id=rid, user_id=user, tier=tier, cost=cost, weight=weight, enqueued_at=float(rid))
 
 
-def drain(policy: FairPolicy, queues: MemoryQueues, n: int, admits=lambda _t, _r: True) -> list[QueuedRun]:
+def drain(policy: FairPolicy, queues: UserQueues, n: int, admits=lambda _t, _r: True) -> list[QueuedRun]:
     out = []
     for _ in range(n):
         r = dispatch_one(policy, queues, admits)
@@ -36,7 +36,7 @@ def drain(policy: FairPolicy, queues: MemoryQueues, n: int, admits=lambda _t, _r
 
 
 def test_equal_costs_alternate_between_users_even_when_one_floods() -> None:
-    policy, queues = FairPolicy(TIERS), MemoryQueues()
+    policy, queues = FairPolicy(TIERS), UserQueues()
     for _ in range(10):
         queues.push(run(1))
     for _ in range(3):
@@ -47,7 +47,7 @@ def test_equal_costs_alternate_between_users_even_when_one_floods() -> None:
 
 
 def test_round_robin_is_weighted_by_token_cost() -> None:
-    policy, queues = FairPolicy(TIERS), MemoryQueues()
+    policy, queues = FairPolicy(TIERS), UserQueues()
     for _ in range(10):
         queues.push(run(1, cost=400))
         queues.push(run(2, cost=100))
@@ -61,7 +61,7 @@ def test_round_robin_is_weighted_by_token_cost() -> None:
 
 
 def test_a_user_returning_from_idle_gets_no_credit_for_the_idle_time() -> None:
-    policy, queues = FairPolicy(TIERS), MemoryQueues()
+    policy, queues = FairPolicy(TIERS), UserQueues()
     for _ in range(20):
         queues.push(run(1))
     drain(policy, queues, 10)  # user 1 alone: its counter runs ahead while user 2 is idle
@@ -74,7 +74,7 @@ def test_a_user_returning_from_idle_gets_no_credit_for_the_idle_time() -> None:
 
 
 def test_a_user_cannot_bank_credit_by_going_idle_after_being_served_a_lot() -> None:
-    policy, queues = FairPolicy(TIERS), MemoryQueues()
+    policy, queues = FairPolicy(TIERS), UserQueues()
     for _ in range(5):
         queues.push(run(1))
         queues.push(run(2))
@@ -90,7 +90,7 @@ def test_a_user_cannot_bank_credit_by_going_idle_after_being_served_a_lot() -> N
 
 
 def test_share_weight_gives_a_proportional_share() -> None:
-    policy, queues = FairPolicy(TIERS), MemoryQueues()
+    policy, queues = FairPolicy(TIERS), UserQueues()
     for _ in range(30):
         queues.push(run(1, weight=2.0))
         queues.push(run(2))
@@ -99,7 +99,7 @@ def test_share_weight_gives_a_proportional_share() -> None:
 
 
 def test_strict_priority_across_tiers_without_floor() -> None:
-    policy, queues = FairPolicy([TierSpec("pro", 0), TierSpec("free", 2)]), MemoryQueues()
+    policy, queues = FairPolicy([TierSpec("pro", 0), TierSpec("free", 2)]), UserQueues()
     for _ in range(5):
         queues.push(run(2, tier="free"))
         queues.push(run(1, tier="pro"))
@@ -109,7 +109,7 @@ def test_strict_priority_across_tiers_without_floor() -> None:
 @pytest.mark.parametrize("floor", [0.1, 0.25])
 def test_floor_share_of_a_backlogged_lower_tier(floor: float) -> None:
     policy = FairPolicy([TierSpec("pro", 0), TierSpec("free", 2, share_floor=floor)])
-    queues = MemoryQueues()
+    queues = UserQueues()
     for _ in range(400):
         queues.push(run(1, tier="pro"))
         queues.push(run(2, tier="free"))
@@ -124,7 +124,7 @@ def test_floor_share_of_a_backlogged_lower_tier(floor: float) -> None:
 
 def test_floor_credit_is_not_banked_while_the_tier_is_idle() -> None:
     policy = FairPolicy([TierSpec("pro", 0), TierSpec("free", 2, share_floor=0.5)])
-    queues = MemoryQueues()
+    queues = UserQueues()
     for _ in range(50):
         queues.push(run(1, tier="pro"))
     drain(policy, queues, 40)  # free idle: no credit accrues
@@ -136,7 +136,7 @@ def test_floor_credit_is_not_banked_while_the_tier_is_idle() -> None:
 
 def test_floor_tier_may_use_the_room_of_the_top_tier() -> None:
     policy = FairPolicy([TierSpec("pro", 0), TierSpec("free", 2, share_floor=0.5)])
-    queues = MemoryQueues()
+    queues = UserQueues()
     for _ in range(20):
         queues.push(run(1, tier="pro"))
         queues.push(run(2, tier="free"))
@@ -145,7 +145,7 @@ def test_floor_tier_may_use_the_room_of_the_top_tier() -> None:
 
 
 def test_nothing_is_chosen_when_the_top_tier_is_gated() -> None:
-    policy, queues = FairPolicy(TIERS), MemoryQueues()
+    policy, queues = FairPolicy(TIERS), UserQueues()
     queues.push(run(1, tier="pro"))
     queues.push(run(2, tier="free"))
     assert dispatch_one(policy, queues, lambda _t, _r: False) is None
@@ -153,7 +153,7 @@ def test_nothing_is_chosen_when_the_top_tier_is_gated() -> None:
 
 
 def test_policy_state_round_trips_through_a_dict() -> None:
-    policy, queues = FairPolicy(TIERS), MemoryQueues()
+    policy, queues = FairPolicy(TIERS), UserQueues()
     for _ in range(3):
         queues.push(run(1))
         queues.push(run(2, cost=50))
@@ -166,7 +166,7 @@ def test_policy_state_round_trips_through_a_dict() -> None:
 
 
 def test_forecast_order_does_not_change_the_state() -> None:
-    policy, queues = FairPolicy(TIERS), MemoryQueues()
+    policy, queues = FairPolicy(TIERS), UserQueues()
     runs = [run(1), run(1), run(2), run(3, tier="pro")]
     for r in runs:
         queues.push(r)
@@ -271,7 +271,7 @@ def test_runs_are_counted_from_when_the_engine_measured_its_figures_not_from_the
 
 
 def test_a_returning_user_goes_before_the_flooding_user_on_equal_counters() -> None:
-    policy, queues = FairPolicy(TIERS), MemoryQueues()
+    policy, queues = FairPolicy(TIERS), UserQueues()
     for _ in range(10):
         queues.push(run(1))
     drain(policy, queues, 3)
@@ -290,7 +290,7 @@ def test_headroom_slots_are_kept_for_users_with_nothing_in_flight() -> None:
 
 
 def test_within_a_tier_the_first_admissible_user_in_counter_order_goes() -> None:
-    policy, queues = FairPolicy(TIERS), MemoryQueues()
+    policy, queues = FairPolicy(TIERS), UserQueues()
     for _ in range(5):
         queues.push(run(1))
     drain(policy, queues, 2)
@@ -306,7 +306,7 @@ def test_a_returning_user_ahead_on_tokens_gets_a_headroom_slot_while_a_flood_hol
     second prompt is ahead on tokens (lifted to the flood's counter, then charged its first run) and must not
     wait for one of the flood's runs to end: the headroom is for users below their share of the slots."""
     gate = GatePolicy(gates=GATE.gates, fallback_max_in_flight=3, idle_running_fraction=0.5, headroom_slots=2)
-    policy, queues = FairPolicy(TIERS), MemoryQueues()
+    policy, queues = FairPolicy(TIERS), UserQueues()
     in_flight: dict[int, int] = {}
 
     def step() -> QueuedRun | None:
@@ -340,7 +340,7 @@ def test_a_returning_user_ahead_on_tokens_gets_a_headroom_slot_while_a_flood_hol
 
 
 def test_counter_spread_is_the_service_difference_between_backlogged_users() -> None:
-    policy, queues = FairPolicy(TIERS), MemoryQueues()
+    policy, queues = FairPolicy(TIERS), UserQueues()
     for cost in (100, 100, 100):
         queues.push(run(1, cost=cost))
     queues.push(run(2, cost=30))

@@ -1,4 +1,5 @@
-"""The ``QueueStore`` contract, asserted the same way against both stores: Redis (the Lua scripts) and memory.
+"""The ``QueueStore`` contract, asserted the same way against both stores: Redis (the Lua scripts) and memory
+(the ``store`` fixture of ``tests/scheduling/conftest.py`` runs each test over both).
 
 The in-memory store stands in for Redis wherever the dispatcher runs without it (tests, the virtual-time
 benchmark), so any behaviour it does not share would make those figures wrong without a failing test.
@@ -8,7 +9,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
 import redis
 
 from scheduling.memory_store import MemoryQueueStore
@@ -19,15 +19,8 @@ from scheduling.store import RATE_KEY, InFlight, Position, QueueStore
 TIERS = ["pro", "plus", "free", "batch"]
 
 
-@pytest.fixture(params=["redis", "memory"])
-def store(request: pytest.FixtureRequest, clean_redis: redis.Redis) -> QueueStore:
-    if request.param == "redis":
-        return RedisQueueStore(clean_redis, tiers=TIERS)
-    return MemoryQueueStore(tiers=TIERS)
-
-
 def rate(store: QueueStore) -> float | None:
-    """The dispatch rate as admission reads it (from Redis; the memory store keeps it for tests)."""
+    """The dispatch rate as the token bucket's script reads it (from Redis; the memory store keeps it for tests)."""
     if isinstance(store, RedisQueueStore):
         raw = store.client.get(RATE_KEY)
         return float(raw) if raw is not None else None
@@ -215,6 +208,33 @@ def test_a_push_or_a_freed_slot_leaves_one_wake_up(store: QueueStore) -> None:
     assert store.wait_for_work(0.01) is False
     assert store.remove(1) == 2  # a run ended: its slot is free
     assert store.wait_for_work(0.01) is True
+
+
+def test_push_claim_remove(store: QueueStore) -> None:
+    assert store.push(q(1, 10)) and not store.push(q(1, 10))  # idempotent
+    store.push(q(2, 10))
+    store.push(q(3, 11, tier="pro"))
+    assert store.queue_depth("free") == 2
+    heads = store.heads()
+    assert {t: {u: r.run_id for u, r in users.items()} for t, users in heads.items()} == {
+        "free": {10: 1},
+        "pro": {11: 3},
+    }
+    assert not store.claim(q(2, 10))  # not the head
+    assert store.claim(q(1, 10)) and not store.claim(q(1, 10))
+    assert store.in_flight(now=2e9, ttl_s=1e10) == InFlight(total=1, recent=0, per_user={10: 1}, per_deployment={"": 1})
+    assert store.remove(2) == 1  # a queued run leaves the queue at once
+    assert store.heads() == {"pro": {11: q(3, 11, tier="pro")}}
+    assert store.queue_depth("free") == 0
+    assert store.remove(1) == 2 and store.remove(1) == 0  # the in-flight one ended
+
+
+def test_run_end_in_the_web_process_refunds_the_counter_only_for_dispatched_runs(store: QueueStore) -> None:
+    store.push(q(1, 1))
+    assert store.remove(1) == 1  # cancelled while queued: never charged, nothing to refund
+    store.push(q(2, 1))
+    assert store.claim(q(2, 1))
+    assert store.remove(2) == 2
 
 
 def test_heads_read_only_the_stores_tiers(clean_redis: redis.Redis) -> None:

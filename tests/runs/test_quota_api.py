@@ -1,4 +1,4 @@
-"""Admission through the API: 429 with Retry-After and nothing written; refunds, usage, queue positions."""
+"""The quota through the API: 429 with Retry-After and nothing written; refunds, usage, queue positions."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from generation.result import EngineFinishReason, GenerationResult
 from runs.dispatcher_wiring import build_dispatcher
 from runs.models import Run, RunStatus
 from runs.queueing import get_scheduler_store
-from runs.quota import bucket_limits, get_admission
+from runs.quota import bucket_limits, get_token_buckets
 from runs.selectors import run_queue_positions
 from runs.services import run_cancel, run_fail, run_finish, run_mark_streaming
 from runs.streaming.contract import read_after
@@ -32,7 +32,7 @@ def post(api: APIClient, user: User, content: str = "hello there", **body) -> tu
 
 
 def bucket(user: User) -> float:
-    return get_admission().bucket_tokens(user_id=user.pk, limits=bucket_limits(user_limits(user=user)))
+    return get_token_buckets().bucket_tokens(user_id=user.pk, limits=bucket_limits(user_limits(user=user)))
 
 
 def test_token_budget_refusal_is_a_429_with_retry_after_and_writes_nothing(api: APIClient, user: User) -> None:
@@ -77,14 +77,14 @@ def test_a_refused_transaction_gives_the_reservation_back(api: APIClient, user: 
     before = bucket(user)
     assert api.post(f"/api/chats/{chat.pk}/messages", {"content": "two"}, format="json").status_code == 409
     assert bucket(user) == pytest.approx(before, abs=1)
-    assert len(get_admission().reservations(user_id=user.pk)) == 1
+    assert len(get_token_buckets().reservations(user_id=user.pk)) == 1
 
 
 def test_committed_run_is_queued_with_its_reservation(api: APIClient, user: User) -> None:
     _, body, _ = post(api, user, max_tokens=100)
     run = Run.objects.get(pk=body["run"]["id"])
     assert run.reserved_tokens > 100
-    assert get_admission().reservations(user_id=user.pk) == {run_member(run.pk): run.reserved_tokens}
+    assert get_token_buckets().reservations(user_id=user.pk) == {run_member(run.pk): run.reserved_tokens}
     heads = get_scheduler_store().heads()
     assert heads["free"][user.pk].run_id == run.pk and heads["free"][user.pk].cost == run.reserved_tokens
 
@@ -105,7 +105,7 @@ def test_finished_run_refunds_unused_tokens_and_records_usage(api: APIClient, us
     # 180 of the 200 reserved output tokens came back (the refill adds a little on top).
     prompt_tokens = run.reserved_tokens - 200
     assert bucket(user) == pytest.approx(full - prompt_tokens - 20, abs=full * 0.001 + 5)
-    assert get_admission().reservations(user_id=user.pk) == {}
+    assert get_token_buckets().reservations(user_id=user.pk) == {}
     assert store.in_flight(now=9e9, ttl_s=1e12).total == 0
     assert store.take_refunds() == [("free", user.pk, 180.0)]  # the fair-share counter is corrected too
     usage = UsageDay.objects.get(user=user)
@@ -115,7 +115,7 @@ def test_finished_run_refunds_unused_tokens_and_records_usage(api: APIClient, us
 def test_failed_run_ends_its_reservation(api: APIClient, user: User) -> None:
     _, body, _ = post(api, user)
     run_fail(run_id=body["run"]["id"], error="boom")
-    assert get_admission().reservations(user_id=user.pk) == {}
+    assert get_token_buckets().reservations(user_id=user.pk) == {}
     assert get_scheduler_store().queue_depth("free") == 0
 
 

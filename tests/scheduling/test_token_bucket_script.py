@@ -1,4 +1,4 @@
-"""The admission Lua script against the test Redis, with a fake clock."""
+"""The token bucket's Lua scripts (``scheduling.token_bucket``) against the test Redis, with a fake clock."""
 
 from __future__ import annotations
 
@@ -13,18 +13,18 @@ from django.conf import settings
 
 from scheduling.policy import QueuedRun
 from scheduling.redis_store import RedisQueueStore
-from scheduling.token_bucket import Admission, AdmissionTimeouts, Limits, RefusalReason, run_member
+from scheduling.token_bucket import BucketTimeouts, Limits, RefusalReason, TokenBuckets, run_member
 
 LIMITS = Limits(bucket_capacity_tokens=1000, bucket_refill_per_s=10.0, max_concurrent_runs=3, queue_depth_limit=100)
-TIMEOUTS = AdmissionTimeouts(pending_ttl_s=60, run_ttl_s=3600, queue_retry_after_s=7)
+TIMEOUTS = BucketTimeouts(pending_ttl_s=60, run_ttl_s=3600, queue_retry_after_s=7)
 
 
 @pytest.fixture
-def admission(clean_redis: redis.Redis) -> Admission:
-    return Admission(clean_redis, TIMEOUTS)
+def admission(clean_redis: redis.Redis) -> TokenBuckets:
+    return TokenBuckets(clean_redis, TIMEOUTS)
 
 
-def test_bucket_reserves_and_refills_at_the_tier_rate(admission: Admission) -> None:
+def test_bucket_reserves_and_refills_at_the_tier_rate(admission: TokenBuckets) -> None:
     t0 = 1_000.0
     first = admission.admit(user_id=1, tier="free", cost=600, limits=LIMITS, now=t0)
     assert first.admitted and first.detail == 400
@@ -40,7 +40,7 @@ def test_bucket_reserves_and_refills_at_the_tier_rate(admission: Admission) -> N
     assert admission.admit(user_id=2, tier="free", cost=1000, limits=LIMITS, now=t0).admitted
 
 
-def test_refund_of_the_unused_part_when_the_run_ends(admission: Admission) -> None:
+def test_refund_of_the_unused_part_when_the_run_ends(admission: TokenBuckets) -> None:
     t0 = 1_000.0
     d = admission.admit(user_id=1, tier="free", cost=700, limits=LIMITS, now=t0)
     assert admission.bind(user_id=1, tier="free", reservation_id=d.reservation_id, run_id=42, now=t0)
@@ -55,7 +55,7 @@ def test_refund_of_the_unused_part_when_the_run_ends(admission: Admission) -> No
     assert admission.bucket_tokens(user_id=1, limits=LIMITS, now=t0 + 2) == pytest.approx(770)
 
 
-def test_refund_never_overfills_the_bucket_or_goes_negative(admission: Admission) -> None:
+def test_refund_never_overfills_the_bucket_or_goes_negative(admission: TokenBuckets) -> None:
     t0 = 1_000.0
     d = admission.admit(user_id=1, tier="free", cost=500, limits=LIMITS, now=t0)
     assert (
@@ -69,7 +69,7 @@ def test_refund_never_overfills_the_bucket_or_goes_negative(admission: Admission
     assert admission.bucket_tokens(user_id=1, limits=LIMITS, now=t0 + 1000) == 1000
 
 
-def test_concurrency_cap_counts_open_reservations(admission: Admission) -> None:
+def test_concurrency_cap_counts_open_reservations(admission: TokenBuckets) -> None:
     t0 = 1_000.0
     ids = [admission.admit(user_id=1, tier="free", cost=10, limits=LIMITS, now=t0).reservation_id for _ in range(3)]
     refused = admission.admit(user_id=1, tier="free", cost=10, limits=LIMITS, now=t0)
@@ -80,7 +80,7 @@ def test_concurrency_cap_counts_open_reservations(admission: Admission) -> None:
 
 
 def test_queue_depth_bound_counts_queued_runs_and_pending_admissions(
-    admission: Admission, clean_redis: redis.Redis
+    admission: TokenBuckets, clean_redis: redis.Redis
 ) -> None:
     limits = Limits(bucket_capacity_tokens=10_000, bucket_refill_per_s=1, max_concurrent_runs=100, queue_depth_limit=3)
     store = RedisQueueStore(clean_redis, tiers=["free"])
@@ -94,11 +94,11 @@ def test_queue_depth_bound_counts_queued_runs_and_pending_admissions(
     assert admission.admit(user_id=2, tier="plus", cost=10, limits=limits, now=1000.0).admitted  # other tier
 
 
-def test_a_prompt_larger_than_the_bucket_is_refused_for_good(admission: Admission) -> None:
+def test_a_prompt_larger_than_the_bucket_is_refused_for_good(admission: TokenBuckets) -> None:
     assert admission.admit(user_id=1, tier="free", cost=1001, limits=LIMITS, now=1.0).reason == RefusalReason.TOO_LARGE
 
 
-def test_reservations_of_a_dead_process_heal_after_their_expiry(admission: Admission) -> None:
+def test_reservations_of_a_dead_process_heal_after_their_expiry(admission: TokenBuckets) -> None:
     t0 = 1_000.0
     for _ in range(3):  # admitted, never bound nor released: the web process died
         admission.admit(user_id=1, tier="free", cost=10, limits=LIMITS, now=t0)
