@@ -29,7 +29,7 @@ from accounts.models import User
 from core.errors import DomainError, TooManyRequestsError
 from core.redis_client import get_redis
 from runs.counters import record_admitted, record_refused, record_run_end
-from runs.events import RunEvent, log_event, log_run_event
+from runs.lifecycle_log import RunStep, log_run_step, log_step
 from runs.models import Run, RunStatus
 from runs.queueing import get_scheduler_store
 from scheduling.token_bucket import Admission, AdmissionTimeouts, Limits, RefusalReason, retry_after_header, run_member
@@ -87,8 +87,8 @@ class AdmissionTicket:
                 user_id=self.user_id, tier=self.tier, reservation_id=self.reservation_id, run_id=run.pk
             )
             record_admitted(tier=self.tier)
-            log_run_event(
-                RunEvent.ADMITTED,
+            log_run_step(
+                RunStep.ADMITTED,
                 run,
                 f"run {run.pk} admitted: {self.cost} tokens reserved ({self.input_tokens} input)",
                 reserved_tokens=self.cost,
@@ -140,8 +140,8 @@ def admission_reserve(*, user: User, limits: EffectiveLimits, input_tokens: int,
         )
     reason = decision.reason
     record_refused(tier=limits.tier, reason=str(reason))
-    log_event(
-        RunEvent.REFUSED,
+    log_step(
+        RunStep.REFUSED,
         f"prompt of user {user.pk} refused ({reason}): it would reserve {cost} tokens",
         run_id=None,
         user_id=user.pk,
