@@ -523,7 +523,7 @@ def reset_deployments(name: str, *, version: str, engine_args: dict[str, Any]) -
     ``version`` registered again (materialized and verified); returns what registration took."""
     from deployments.models import DeploymentStatus, ModelDeployment, Rollout
     from deployments.registration import prepare_default_deployment, register_deployment
-    from deployments.registry import forget_cached
+    from deployments.selection import forget_cached
 
     Rollout.objects.filter(name=name).delete()
     ModelDeployment.objects.filter(name=name).exclude(version=OLD_VERSION).delete()

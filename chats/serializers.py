@@ -23,7 +23,7 @@ MODEL_HELP = (
 
 def model_field(*, allow_blank: bool, help_text: str = MODEL_HELP, **kwargs: Any) -> StrictCharField:
     """``model``: ``name`` or ``name@version``, with the pattern in the schema (one that names no served model is a
-    404 ``model_not_found`` from the registry, naming those there are)."""
+    404 ``model_not_found`` from ``deployments.selection``, naming those there are)."""
     message = "Send 'name' or 'name@version': letters, digits, '.', '_' and '-' (GET /api/models lists them)."
     pattern = MODEL_SPEC_PATTERN if not allow_blank else f"(?:{MODEL_SPEC_PATTERN})|^$"
     return StrictCharField(

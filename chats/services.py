@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from accounts.models import User
 from chats.models import Chat
-from deployments.registry import check_model
+from deployments.selection import check_model
 
 
 def chat_create(*, user: User, title: str = "", model: str = "") -> Chat:
-    """A new chat; ``model`` must name a served model (``deployments.registry.check_model``: 400/404 first)."""
+    """A new chat; ``model`` must name a served model (``deployments.selection.check_model``: 400/404 first)."""
     return Chat.objects.create(owner=user, title=title, model=check_model(model))
 
 

@@ -28,11 +28,12 @@ from deployments.registration import (
     validate_engine_args,
     validate_source,
 )
-from deployments.registry import forget_cached
+from deployments.selection import forget_cached
 from generation.worker_contract import WorkerHeartbeat, worker_heartbeats
 
 ACTIVE_RUN_STATUSES = ("queued", "streaming", "cancelling")
-"""``runs.models.RunStatus`` values of runs not ended yet (strings: ``deployments`` does not import ``runs``)."""
+"""A copy of ``runs.models.ACTIVE_STATUSES``, the runs not ended yet, as strings: ``deployments`` sits below ``runs``
+and cannot import it. ``tests/deployments/test_active_statuses.py`` keeps the two (and every other copy) equal."""
 REDIS_DOWN = "Redis unavailable"
 
 

@@ -1,8 +1,8 @@
-"""Deployment endpoints: ``GET /api/models``, what a chat's ``model`` may name. Thin: read the registry, serialize.
+"""Deployment endpoints: ``GET /api/models``, what a chat's ``model`` may name. Thin: read the snapshot, serialize.
 
-The listing comes from the registry's per-process snapshot (``deployments.registry``): no query per request
-beyond its refresh, so it is at most ``DEPLOYMENT_CACHE_S`` (rows) and ``DEPLOYMENT_WORKERS_CACHE_S`` (ready
-workers) old, as is what a prompt is resolved against.
+The listing comes from the per-process snapshot that picks a request's deployment (``deployments.selection``): no
+query per request beyond its refresh, so it is at most ``DEPLOYMENT_CACHE_S`` (rows) and
+``DEPLOYMENT_WORKERS_CACHE_S`` (ready workers) old, as is what a prompt is resolved against.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from deployments import registry
+from deployments import selection
 from deployments.serializers import ModelListOutSerializer
 
 
 def model_listing() -> dict[str, Any]:
     """Each name with a ready version, with its ready versions (newest first), and the default's name."""
-    ready = sorted((d for d in registry.served_deployments() if d.is_ready), key=lambda d: d.name)  # stable
-    default = registry.default_deployment()
+    ready = sorted((d for d in selection.served_deployments() if d.is_ready), key=lambda d: d.name)  # stable
+    default = selection.default_deployment()
     return {
         "default": default.name if default is not None else None,
         "results": [
@@ -34,7 +34,7 @@ def model_listing() -> dict[str, Any]:
                         "version": d.version,
                         "status": d.status,
                         "traffic_weight": d.traffic_weight,
-                        "ready_workers": registry.ready_workers(d.key),
+                        "ready_workers": selection.ready_workers(d.key),
                         "is_default": d.is_default,
                     }
                     for d in versions

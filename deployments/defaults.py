@@ -2,7 +2,7 @@
 
 It is the packaged SmolLM2-135M-Instruct (or the folder ``ENGINE_MODEL`` names) as ``v1``, the default, with all of
 its name's traffic. It starts ``registered``: ``manage.py prepare_model`` (which every worker start runs first)
-materializes and verifies it, records its checksum and marks it ``ready``.
+prepares and verifies it, records its checksum and marks it ``ready``.
 """
 
 from __future__ import annotations

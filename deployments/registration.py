@@ -2,10 +2,11 @@
 
 ``register_deployment`` refuses bad input (:class:`RegistrationError`, a 400 that says what to fix) before it writes
 anything. It then writes the row (``registered``) and :func:`materialize_deployment` copies the weights into the
-model cache (``ENGINE.model_cache_dir / "name@version"``, written into a staging sibling and renamed into place, so
-a worker never sees half a copy), verifies the copy (config, tokenizer, chat template, weights that open) and
-records its SHA-256. A deployment only becomes ``ready`` (selectable) through that verification; any failure leaves
-it ``failed`` with the reason, removes the partial copy and touches no other deployment.
+model cache (``ENGINE.model_cache_dir / "name@version"``, through ``deployments.model_files.write_staged``: a
+staging sibling renamed into place, so a worker never sees half a copy), verifies the copy (config, tokenizer, chat
+template, weights that open) and records its SHA-256. A deployment only becomes ``ready`` (selectable) through that
+verification; any failure leaves it ``failed`` with the reason, removes the partial copy and touches no other
+deployment. "Materialize" means that step only; preparing the packaged model from its GGUF is ``model_files``'.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from django.db.utils import OperationalError, ProgrammingError
 from django.utils import timezone
 
 from core.errors import DomainError
-from deployments.materialize import (
+from deployments.model_files import (
     READY_MARKER,
     ModelPreparationError,
     is_prepared,
@@ -34,7 +35,7 @@ from deployments.materialize import (
     write_staged,
 )
 from deployments.models import DeploymentStatus, ModelDeployment, SourceKind, deployment_key, name_validator
-from deployments.registry import forget_cached
+from deployments.selection import forget_cached
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The serving model's tokenizer, loaded once per process (counts tokens, renders the chat template).
 
 Readiness: a web process loads it at ASGI startup, before it accepts a connection (``deployments.readiness``).
-While the model is not there yet (``prepare_model`` still materializing it, or a folder that is missing or
+While the model is not there yet (``prepare_model`` still preparing it, or a folder that is missing or
 broken), every call raises :class:`ModelNotReady`, a 503 with ``Retry-After``, instead of letting
 ``transformers`` fail inside a request; a background watcher loads it as soon as it appears. One lock
 serializes the loads, so two threads never import ``transformers`` at once (a half-imported module once made

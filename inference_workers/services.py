@@ -37,7 +37,7 @@ from inference_workers.engine.base import GenerationRequest
 from inference_workers.engine.host import EngineDied, EngineError
 from inference_workers.prompting import build_run_prompt
 from inference_workers.runtime import WorkerRuntime
-from runs.events import RunEvent, log_run_event, seconds_between
+from runs.lifecycle_log import RunStep, log_run_step, seconds_between
 from runs.models import Recovery, Run, RunStatus
 from runs.services import run_fail, run_finish, run_handoff, run_mark_first_token, run_mark_streaming
 from runs.streaming.contract import RunStreamWriter, StreamedAnswer, StreamEvent, streamed_answer
@@ -383,8 +383,8 @@ def _generate_claimed(*, run_id: int, runtime: WorkerRuntime, engine_priority: i
                     if first_token:
                         _mark_first_token(run_id=run_id, attempt=attempt)
                         timing: dict[str, object] = {} if delta.timing is None else dict(delta.timing.as_fields())
-                        log_run_event(
-                            RunEvent.FIRST_TOKEN,
+                        log_run_step(
+                            RunStep.FIRST_TOKEN,
                             run,
                             f"run {run_id}: first token (attempt {attempt})",
                             attempt=attempt,

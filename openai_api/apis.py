@@ -24,7 +24,7 @@ from accounts.selectors import user_for_token
 from chats.models import Message
 from core.db_executor import db_call, db_read, db_submit
 from core.errors import DomainError
-from deployments.registry import available_models, resolve_model
+from deployments.selection import available_models, resolve_model
 from deployments.tokenizer import using_model
 from openai_api import formats
 from openai_api.errors import OpenAIRequestError, error_response, from_domain_error, from_request_error

@@ -17,7 +17,7 @@ from django.db import transaction
 
 from accounts.models import User
 from chats.models import Chat, ChatOrigin, Message, MessageRole
-from deployments.registry import Served
+from deployments.selection import Served
 from deployments.tokenizer import count_tokens
 from generation.sampling import SamplingSpec
 from openai_api.requests import ChatCompletionRequest, CompletionRequest

@@ -10,7 +10,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from deployments.models import DeploymentStatus, ModelDeployment, Rollout, RolloutStatus
-from deployments.registry import forget_cached
+from deployments.selection import forget_cached
 from runs.models import ACTIVE_STATUSES, Run
 
 

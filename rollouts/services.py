@@ -10,7 +10,7 @@ take no new runs, their runs in flight finish, their workers report ``drained`` 
 ``DEPLOYMENT_RETIRE_IDLE_S``.
 
 Weights are written to Postgres; each web process re-reads them within ``DEPLOYMENT_CACHE_S``
-(:func:`deployments.registry.forget_cached` makes this process re-read at once).
+(:func:`deployments.selection.forget_cached` makes this process re-read at once).
 
 Concurrency: every write here holds ``SELECT ... FOR UPDATE`` locks on the rollout's row and on the name's
 deployments (taken in id order), so a step, a rollback and a completion of the same rollout never interleave, and two
@@ -33,7 +33,7 @@ from django.utils import timezone
 
 from core.errors import ConflictError, DomainError
 from deployments.models import DeploymentStatus, ModelDeployment, Rollout, RolloutStatus, deployment_key
-from deployments.registry import forget_cached
+from deployments.selection import forget_cached
 from generation.worker_contract import ready_worker_counts
 from rollouts.health import RolloutThresholds, StepHealth, rollout_judge, rollout_step_health
 

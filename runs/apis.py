@@ -15,7 +15,7 @@ from chats import services as chat_services
 from chats.serializers import ChatOutSerializer, ChatUpdateSerializer, MessageCreateSerializer, MessageOutSerializer
 from core.errors import error_response
 from core.http.pagination import BAD_PAGE, PAGE_PARAMS, keyset_paginate, page_response, parse_limit
-from deployments.registry import resolve_model
+from deployments.selection import resolve_model
 from runs import selectors, services
 from runs.models import Run
 from runs.serializers import ChatDetailOutSerializer, RunOutSerializer

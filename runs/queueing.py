@@ -13,9 +13,9 @@ from functools import lru_cache
 from accounts.limits import EffectiveLimits, user_limits
 from accounts.models import Tier
 from core.redis_client import get_redis
-from deployments.registry import deployment_by_id
+from deployments.selection import deployment_by_id
 from deployments.tokenizer import count_tokens
-from runs.events import RunEvent, log_run_event
+from runs.lifecycle_log import RunStep, log_run_step
 from runs.models import Run
 from scheduling.policy import QueuedRun
 from scheduling.redis_store import RedisQueueStore
@@ -67,4 +67,4 @@ def run_enqueue(*, run: Run, limits: EffectiveLimits | None = None) -> None:
             deployment=served.key if served is not None else "",
         )
     )
-    log_run_event(RunEvent.QUEUED, run, f"run {run.pk} queued for the {run.tier.name} tier", cost=cost)
+    log_run_step(RunStep.QUEUED, run, f"run {run.pk} queued for the {run.tier.name} tier", cost=cost)

@@ -29,7 +29,7 @@ from accounts.models import User
 from core.errors import DomainError, TooManyRequestsError
 from core.redis_client import get_redis
 from runs.counters import record_admitted, record_refused, record_run_end
-from runs.events import RunEvent, log_event, log_run_event
+from runs.lifecycle_log import RunStep, log_run_step, log_step
 from runs.models import Run, RunStatus
 from runs.queueing import get_scheduler_store
 from scheduling.store import RunQueueWriter
@@ -89,8 +89,8 @@ class QuotaTicket:
                 user_id=self.user_id, tier=self.tier, reservation_id=self.reservation_id, run_id=run.pk
             )
             record_admitted(tier=self.tier)
-            log_run_event(
-                RunEvent.ADMITTED,
+            log_run_step(
+                RunStep.ADMITTED,
                 run,
                 f"run {run.pk} admitted: {self.cost} tokens reserved ({self.input_tokens} input)",
                 reserved_tokens=self.cost,
@@ -142,8 +142,8 @@ def quota_reserve(*, user: User, limits: EffectiveLimits, input_tokens: int, max
         )
     reason = decision.reason
     record_refused(tier=limits.tier, reason=str(reason))
-    log_event(
-        RunEvent.REFUSED,
+    log_step(
+        RunStep.REFUSED,
         f"prompt of user {user.pk} refused ({reason}): it would reserve {cost} tokens",
         run_id=None,
         user_id=user.pk,

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from generation.worker_contract import run_lease_holders
-from runs.events import RunEvent, log_run_event
+from runs.lifecycle_log import RunStep, log_run_step
 from runs.models import Run, RunStatus
 from runs.queueing import get_scheduler_store, run_enqueue
 from runs.services import run_fail, run_requeue_orphan
@@ -69,8 +69,8 @@ def requeue_lost_runs(*, older_than_s: float = 30.0, limit: int = 500) -> list[i
     )
     for run in runs.order_by("created_at")[:limit]:
         if not store.is_queued_or_in_flight(run.pk, run.tier.name):
-            log_run_event(
-                RunEvent.REQUEUED,
+            log_run_step(
+                RunStep.REQUEUED,
                 run,
                 f"run {run.pk} was queued in Postgres but not in the scheduler: queueing it again",
                 level=logging.WARNING,

@@ -16,7 +16,7 @@ from django.conf import settings
 
 from core.db_executor import reconnect_after_db_error
 from generation.worker_contract import deployment_queue, send_generate, worker_heartbeat
-from runs.events import RunEvent, log_event, log_run_event
+from runs.lifecycle_log import RunStep, log_run_step, log_step
 from runs.models import Run
 from scheduling.affinity import Route, WorkerLoad, choose_route
 
@@ -92,6 +92,6 @@ def send_to_worker(*, run_id: int, queue: str, engine_priority: int | None = Non
     message = f"run {run_id} sent to queue {route.queue} ({route.reason})"
     fields: dict[str, Any] = {"queue": route.queue, "route": route.reason, "engine_priority": engine_priority}
     if run is None:  # gone, or its lookup failed: the line still says where it went
-        log_event(RunEvent.DISPATCHED, message, run_id=run_id, user_id=None, tier=queue, **fields)
+        log_step(RunStep.DISPATCHED, message, run_id=run_id, user_id=None, tier=queue, **fields)
     else:
-        log_run_event(RunEvent.DISPATCHED, run, message, worker=route.worker or "", **fields)
+        log_run_step(RunStep.DISPATCHED, run, message, worker=route.worker or "", **fields)

@@ -11,7 +11,7 @@ from rest_framework import serializers
 
 from chats.models import Chat
 from chats.serializers import ChatOutSerializer
-from deployments.registry import deployment_by_id
+from deployments.selection import deployment_by_id
 from runs.models import Run
 from scheduling.store import Position
 
@@ -71,7 +71,7 @@ class RunOutSerializer(serializers.ModelSerializer[Run]):
         return pos.estimated_wait_s if pos is not None else None
 
     def get_deployment(self, run: Run) -> str | None:
-        served = deployment_by_id(run.deployment_id)  # the registry's snapshot: no query per run
+        served = deployment_by_id(run.deployment_id)  # the selection snapshot: no query per run
         return served.key if served is not None else None
 
     def get_stream_url(self, run: Run) -> str:

@@ -23,12 +23,12 @@ from chats.models import Chat, ChatOrigin, Message, MessageRole
 from chats.summary_schedule import chat_summary_schedule_after_turn
 from core.errors import ConflictError, DomainError
 from deployments.models import DeploymentStatus
-from deployments.registry import ModelNotFound, ModelUnavailable, Served, forget_cached, resolve_model
+from deployments.selection import ModelNotFound, ModelUnavailable, Served, forget_cached, resolve_model
 from deployments.tokenizer import using_model
 from generation.result import EngineFinishReason, GenerationResult
 from generation.sampling import SamplingError, SamplingSpec, check_sampling
 from generation.worker_contract import cancel_key, ready_worker_counts, signal_cancel
-from runs.events import RunEvent, log_run_end, log_run_event, seconds_between
+from runs.lifecycle_log import RunStep, log_run_end, log_run_step, seconds_between
 from runs.models import ACTIVE_STATUSES, FinishReason, PromptMode, Recovery, Run, RunStatus
 from runs.prompt_insert import prompt_insert
 from runs.queueing import run_enqueue
@@ -89,7 +89,7 @@ def run_create(
     of the default). ``prompt_mode``, ``tools`` and ``end_user`` are stored on the run as given (the
     OpenAI-compatible API's); ``prompt_role`` is the new message's role (``tool`` when an API call hands back a
     tool's result). ``deployment``: the one the caller resolved from the request's ``model``
-    (``deployments.registry.resolve_model``; None: the default model, resolved here); its tokenizer counts the
+    (``deployments.selection.resolve_model``; None: the default model, resolved here); its tokenizer counts the
     prompt, and the run is queued for its workers. ``chat_model``: the ``model`` the prompt named, which the chat
     keeps for its next runs (written by the same statement; None: the chat's stays).
     """
@@ -315,8 +315,8 @@ def run_mark_streaming(*, run_id: int, worker: str, streamed: StreamedAnswer | N
             update_fields=["status", "attempts", "worker", "started_at", "first_token_at", "recovery", "resumed_tokens"]
         )
         transaction.on_commit(
-            lambda: log_run_event(
-                RunEvent.STARTED,
+            lambda: log_run_step(
+                RunStep.STARTED,
                 run,
                 f"run {run.pk} started on {worker} (attempt {run.attempts})",
                 attempt=run.attempts,
@@ -465,8 +465,8 @@ def _requeue(run: Run, *, worker: str, reason: str, why: str) -> Run:
     run.save(update_fields=["status", "worker", "deployment"] if moved_to else ["status", "worker"])
     moved_to_key = moved_to.key if moved_to is not None else ""
     transaction.on_commit(
-        lambda: log_run_event(
-            RunEvent.REQUEUED,
+        lambda: log_run_step(
+            RunStep.REQUEUED,
             run,
             f"run {run.pk}: {why}; queued again"
             + (f", moved from {moved_from} to {moved_to_key}" if moved_to_key else ""),

@@ -56,7 +56,7 @@ def default_tiers(request: pytest.FixtureRequest, clean_redis: redis.Redis) -> N
     worker of it is listed ready in Redis (``deployment:{key}:ready``, the marker a worker's heartbeat writes), so
     a prompt is accepted as on a running system; a test of the 503 without a worker removes it
     (:func:`tests.deployment_helpers.no_ready_worker`)."""
-    from deployments.registry import forget_cached
+    from deployments.selection import forget_cached
 
     forget_cached()
     db_fixtures = ("db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback")

@@ -8,7 +8,7 @@ from typing import Any
 from core.redis_client import get_redis
 from deployments.defaults import seed_default_deployment
 from deployments.models import DeploymentStatus, ModelDeployment
-from deployments.registry import forget_cached
+from deployments.selection import forget_cached
 from generation.worker_contract import deployment_ready_key
 
 TEST_WORKER = "test-worker@deployments"

@@ -1,4 +1,4 @@
-"""Which deployment a request's ``model`` picks, and the refusals that write nothing (``deployments.registry``)."""
+"""Which deployment a request's ``model`` picks, and the refusals that write nothing (``deployments.selection``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from rest_framework.authtoken.models import Token
 from accounts.models import User
 from chats.models import Chat
 from deployments.models import DeploymentStatus, ModelDeployment
-from deployments.registry import (
+from deployments.selection import (
     InvalidModel,
     ModelNotFound,
     ModelUnavailable,

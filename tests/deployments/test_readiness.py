@@ -23,7 +23,7 @@ from rest_framework.test import APIClient
 from accounts.models import User
 from chats.models import Message
 from deployments.models import ModelDeployment
-from deployments.registry import forget_cached
+from deployments.selection import forget_cached
 from runs.models import Run, RunStatus
 from tests.factories import ChatFactory, UserFactory
 from tests.processes import ROOT, child_env, free_port, stop_process_group

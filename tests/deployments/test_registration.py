@@ -27,7 +27,7 @@ from pytest_django.fixtures import Settings
 
 from core.redis_client import get_redis
 from deployments import admin as deployments_admin
-from deployments.materialize import READY_MARKER, is_prepared
+from deployments.model_files import READY_MARKER, is_prepared
 from deployments.models import DeploymentStatus, ModelDeployment, SourceKind
 from deployments.registration import (
     RegistrationError,

@@ -22,7 +22,7 @@ from pytest_django.fixtures import Settings
 
 from chats.models import Message, MessageRole
 from deployments.models import DeploymentStatus, ModelDeployment
-from deployments.registry import forget_cached
+from deployments.selection import forget_cached
 from generation.worker_contract import run_lease_holder
 from inference_workers.engine.base import GenerationDelta, GenerationRequest
 from inference_workers.engine.host import EngineDied

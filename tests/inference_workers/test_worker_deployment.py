@@ -13,7 +13,7 @@ from celery import Celery
 from django.conf import settings
 
 from deployments.models import DeploymentStatus, ModelDeployment
-from deployments.registry import forget_cached, ready_workers
+from deployments.selection import forget_cached, ready_workers
 from generation.worker_contract import WorkerState, deployment_queue, deployment_ready_key, worker_heartbeats
 from inference_workers.affinity import consume_own_queue
 from inference_workers.deployment import (

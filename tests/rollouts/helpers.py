@@ -12,7 +12,7 @@ from rollouts.health import RolloutThresholds
 from rollouts.services import (
     rollout_execute,
 )
-from runs.models import Run, RunStatus
+from runs.models import ACTIVE_STATUSES, Run, RunStatus
 from tests.factories import ChatFactory, RunFactory
 
 FAST = RolloutThresholds(step_wait_s=30.0, step_timeout_s=120.0, min_runs=5, min_ttft_runs=5)
@@ -31,7 +31,7 @@ def make_runs(
     (failed runs: none). Runs in flight each get their own chat (one active run per chat)."""
     terminal_chat = chat or ChatFactory.create()
     for _ in range(n):
-        active = status in (RunStatus.QUEUED, RunStatus.STREAMING, RunStatus.CANCELLING)
+        active = status in ACTIVE_STATUSES
         run = RunFactory.create(
             chat=ChatFactory.create() if active else terminal_chat, deployment=deployment, status=status
         )

@@ -34,7 +34,7 @@ from runs.streaming.contract import StreamEvent
 from tests.deployment_helpers import add_version, ensure_default_deployment, no_ready_worker
 from tests.factories import ChatFactory, UserFactory
 from tests.live_stack import SIMULATED_ENGINE_ENV, LiveStack, run_live_stack
-from tests.runs.test_stream_sse import SseEvent, read_events, reassemble
+from tests.runs.stream_helpers import SseEvent, read_events, reassemble
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -8,7 +8,7 @@ import pytest
 
 from chats.models import Chat
 from deployments.models import DeploymentStatus, ModelDeployment, Rollout, RolloutStatus
-from deployments.registry import resolve_model
+from deployments.selection import resolve_model
 from rollouts.services import (
     RolloutConflict,
     RolloutRefused,
@@ -155,7 +155,7 @@ def test_a_healthy_rollout_moves_all_the_traffic_and_drains_the_old_version(v1: 
     assert (old.status, old.traffic_weight, old.is_default) == (DeploymentStatus.DRAINING, 0, False)
     assert old.drained_at is not None
     assert (new.status, new.traffic_weight, new.is_default) == (DeploymentStatus.READY, 100, True)
-    assert resolve_model(v1.name).key == v2.key  # the registry was told (forget_cached)
+    assert resolve_model(v1.name).key == v2.key  # the selection snapshot was told (forget_cached)
     assert any("step 4 (100%): pass" in line for line in lines)
     assert lines[-1].startswith("succeeded")
 

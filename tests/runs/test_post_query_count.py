@@ -10,7 +10,7 @@ Counted per request with the API token: the token with its user, tier and limit 
 kept ``API_TOKEN_CACHE_S`` seconds by ``accounts.authentication``), the chat's ``model`` when the prompt names
 none (one indexed read: the deployment, whose tokenizer counts the prompt, must be known before admission), and
 the one statement that checks the chat and writes the prompt (``runs.prompt_insert``). A refusal (429) writes
-nothing. The deployments and their ready workers are a per-process snapshot (``deployments.registry``), warm here
+nothing. The deployments and their ready workers are a per-process snapshot (``deployments.selection``), warm here
 as in a serving process.
 """
 

@@ -1,4 +1,4 @@
-"""``python manage.py prepare_model``: materialize the default model once, then verify the default deployment."""
+"""``python manage.py prepare_model``: prepare the default model folder once, then verify the default deployment."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from deployments.materialize import ModelPreparationError
+from deployments.model_files import ModelPreparationError
 from deployments.registration import RegistrationError, prepare_default_deployment
 
 

