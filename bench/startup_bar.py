@@ -1,7 +1,7 @@
 """``make run``, then prompts at once: a bar of what each prompt got while the stack comes up.
 
 Starts ``make run`` (bootstrap, Postgres/Redis, migrations, web, prepare_model, worker, dispatcher, Flower) on a
-fresh model cache, so the default model really is materialized while prompts arrive, and posts a prompt every
+fresh model cache, so the default model really is prepared while prompts arrive, and posts a prompt every
 ``--interval`` seconds from the moment the web port answers. Each attempt is one character:
 
     ``5`` a documented 503 (model not ready, ``Retry-After``)   ``#`` 202 accepted   ``X`` any other 5xx
@@ -74,7 +74,7 @@ def main() -> int:
     env = {
         **os.environ,
         "PORT": str(args.port),
-        "MODEL_CACHE_DIR": str(cache),  # a fresh cache: prepare_model materializes the model during the run
+        "MODEL_CACHE_DIR": str(cache),  # a fresh cache: prepare_model prepares the model during the run
         "WORKER_METRICS_PORT": "0",
         "FLOWER_PORT": str(args.port + 1),
     }

