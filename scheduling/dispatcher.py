@@ -81,7 +81,8 @@ def user_is_busy(
 HEADROOM_TOKEN_ALLOWANCE = 2
 """How many of the tier's largest requests a user may be ahead of its lowest backlogged counter and still use the
 headroom: 1 equalizes tokens among backlogged users best, but a light user who sends two or three prompts at once
-(an open-loop user) then waits for the flood's counter to catch up; 2 keeps both (see README "Fairness")."""
+(an open-loop user) then waits for the flood's counter to catch up; 2 keeps both (see docs/benchmarks.md "Fairness on
+the real engine")."""
 
 ENGINE_PRIORITY_BANDS = 10
 """Fairness bands of vLLM's priority within one tier: a tier's runs get ``tier priority x 10 + band``."""

@@ -137,7 +137,7 @@ class GatePolicy:
     """Slots kept for users below their share of the slots: a "busy" user (at or above ``slots / active users``
     in flight) is dispatched only while fewer than ``slots - headroom_slots`` are taken, so a user returning
     from idle finds a slot at once instead of waiting for one of a flood's runs to end (costs a few percent of
-    peak batch; see README)."""
+    peak batch; see docs/benchmarks.md "Fairness on the real engine")."""
 
     def admits(self, tier: str, load: EngineLoad, *, user_busy: bool = False) -> bool:
         """Room for a run of ``tier``; ``user_busy``: its user holds at least their share of the slots."""

@@ -1,4 +1,4 @@
-"""Django settings: every value comes from the environment (see README "Configuration")."""
+"""Django settings: every value comes from the environment (see docs/configuration.md)."""
 
 from __future__ import annotations
 
@@ -169,7 +169,7 @@ SCHEDULER = scheduler_config_from_env()
 parse_gates(SCHEDULER.gates_spec)  # a malformed SCHED_GATES fails at start, not when the dispatcher builds
 CONTEXT = context_config_from_env()
 
-# One stderr handler for every process (web, dispatcher, workers: see chatproject/celery.py); README "Logs".
+# One stderr handler for every process (web, dispatcher, workers: see chatproject/celery.py); docs/operations.md "Logs".
 LOG_FORMAT = env.str("LOG_FORMAT", default="plain")
 LOGGING = logging_config(log_format=LOG_FORMAT, level=env.str("LOG_LEVEL", default="INFO"))
 

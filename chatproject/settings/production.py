@@ -1,4 +1,4 @@
-"""Production settings: ``DJANGO_SETTINGS_MODULE=chatproject.settings.production`` (README "Security defaults").
+"""Production settings: ``DJANGO_SETTINGS_MODULE=chatproject.settings.production`` (docs/security.md).
 
 Everything in ``base`` (read from the environment), plus what ``python manage.py check --deploy`` asks for: no
 debug, a real secret key (required: the settings refuse to load without one), cookies only over HTTPS, HSTS and

@@ -1,4 +1,4 @@
-"""The packages import each other one way only (README "Architecture: layers").
+"""The packages import each other one way only (README "Layers", docs/architecture.md "Layers").
 
 Every ``import`` in the project's packages is read from the source (module level, inside functions and under
 ``TYPE_CHECKING`` alike): a package may import only packages of a lower layer. An import placed inside a
