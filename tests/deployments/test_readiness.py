@@ -120,6 +120,7 @@ def chat_owner() -> Iterator[tuple[str, int]]:
     yield Token.objects.create(user=user).key, ChatFactory.create(owner=user).pk
 
 
+@pytest.mark.live
 @pytest.mark.django_db(transaction=True)
 def test_a_web_process_posted_to_the_moment_it_listens_answers_202(chat_owner: tuple[str, int]) -> None:
     """The tokenizer is loaded at lifespan startup, before the port opens: the first prompt after a (re)start
@@ -139,6 +140,7 @@ def test_a_web_process_posted_to_the_moment_it_listens_answers_202(chat_owner: t
             stop_process_group(proc)
 
 
+@pytest.mark.live
 @pytest.mark.django_db(transaction=True)
 def test_a_stack_started_while_the_model_is_prepared_answers_503_then_202(
     chat_owner: tuple[str, int], tmp_path: Path

@@ -30,6 +30,7 @@ def _missing_servers() -> str:
     return ""
 
 
+@pytest.mark.live
 def test_disconnects_lose_nothing(tmp_path: Path) -> None:
     missing = _missing_servers()
     if missing:
@@ -51,6 +52,7 @@ def test_disconnects_lose_nothing(tmp_path: Path) -> None:
     assert "| disconnects | 10 | 10 | 0 | 0 | 0 | 0 | 0 |" in done.stdout
 
 
+@pytest.mark.live
 def test_a_redis_restart_and_a_killed_worker_lose_nothing(tmp_path: Path) -> None:
     """A real Redis restart mid-stream (its AOF kept), and ``kill -9`` of a worker while a second one runs: every
     run ends ``done`` with the streamed text equal to the stored answer (``--quick`` counts, about a minute)."""

@@ -16,7 +16,7 @@ import pytest
 from generation.worker_contract import worker_heartbeats
 from tests.processes import ROOT, child_env, free_port
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
 
 
 def _port_open(port: int) -> bool:

@@ -22,7 +22,7 @@ import pytest
 from accounts.models import Tier
 from tests.project.conftest import LiveUser
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
 
 HERE = Path(__file__).resolve().parent
 MAX_EXAMPLES = 15

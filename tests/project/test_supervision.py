@@ -17,7 +17,7 @@ import pytest
 from generation.worker_contract import worker_heartbeats
 from tests.processes import ROOT, child_env, free_port, stop_process_group, wait_http
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
 
 
 class Supervised:

@@ -36,7 +36,7 @@ from tests.factories import ChatFactory, UserFactory
 from tests.live_stack import SIMULATED_ENGINE_ENV, LiveStack, run_live_stack
 from tests.runs.stream_helpers import SseEvent, read_events, reassemble
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
 
 FAST_ENGINE_ENV = {
     **SIMULATED_ENGINE_ENV,

@@ -31,7 +31,7 @@ from tests.runs.stream_helpers import (
     stream_url,
 )
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
 
 
 def test_only_the_owner_can_read_the_stream(web: tuple[str, str], owner: User, auth: dict[str, str]) -> None:

@@ -37,7 +37,7 @@ from tests.runs.stream_helpers import (
     stream_url,
 )
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
 
 
 def test_resume_on_the_other_process_while_live_is_exact(
