@@ -744,7 +744,7 @@ def _entries_kept(ctx: Context, heads: dict[str, int]) -> tuple[int, int]:
 
 
 def worker_notes(supervisor: Supervisor, stack: Stack) -> list[str]:
-    """How the workers rode the fault out, from their logs (``inference_workers.services``)."""
+    """How the workers rode the fault out, from their logs (``inference_workers.services`` and ``.coalescer``)."""
     text = "".join(supervisor.log_text(stack.name(f"w{i}")) for i in range(1, len(stack.workers) + 1))
     notes = []
     buffered = len(set(re.findall(r"run (\d+): its stream is unreachable", text)))

@@ -19,7 +19,15 @@ class EngineFinishReason(StrEnum):
 
 @dataclass(frozen=True)
 class GenerationResult:
+    """The run's answer as the attempt that ends it hands it over (``runs.services.run_finish``), built by the
+    worker's ``GenerationAttempt`` (``inference_workers.services``). An attempt that went on from earlier attempts'
+    answer counts their part too."""
+
     text: str
+    """The whole answer: the text already streamed that the attempt went on from, then its own."""
     input_tokens: int
+    """The run's own prompt, as the attempt that began the answer counted it (not the answer so far that a
+    continuation's prompt also holds)."""
     output_tokens: int
+    """The whole answer's tokens, earlier attempts' included."""
     finish_reason: EngineFinishReason

@@ -4,7 +4,8 @@ Stream events written here (see ``runs.streaming.contract``): ``status`` {status
 generation starts, plus ``continued_from_tokens`` when the attempt continues an earlier one's answer; ``reset``
 {attempt} first when a previous attempt had written events it cannot continue from (clients drop its text);
 ``delta`` {text, tokens}, plus ``logprobs`` (one entry per token) when the run asked for them, and
-``prompt_tokens`` on the first one of an answer (not on a continuation's: the answer's first delta carries it).
+``prompt_tokens`` on the first one of an answer (not on a continuation's: the answer's first delta carries it),
+batched by :class:`inference_workers.coalescer.DeltaCoalescer`.
 The terminal ``done`` or ``error`` event is written by the run lifecycle when the run ends (``runs.services``),
 whoever ends it.
 
@@ -14,6 +15,11 @@ the prompt followed by that text, asked for the tokens left of ``max_tokens``, t
 stream after the old, with no ``reset`` and nothing sent twice. ``runs.services.run_mark_streaming`` decides it
 (``Run.recovery``): a constrained, structured-output or tool-calling run, or one with no text to go on from,
 starts over after a ``reset`` instead.
+
+One delivery of the generate task is :func:`generate_run`: it takes the run's lease, and a
+:class:`GenerationAttempt` does the rest in three steps (open: claim the run and say so in its stream; pump: the
+engine's deltas into the stream; result: store the answer, or hand the run on), each saying what it leaves behind
+when it stops early.
 """
 
 from __future__ import annotations
@@ -22,10 +28,9 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import TypeVar
 
-import redis
 from django.conf import settings
 from django.db import connection
 from django.utils import timezone
@@ -33,10 +38,10 @@ from django.utils import timezone
 from core.db_executor import CONNECTION_ERRORS
 from generation.result import EngineFinishReason, GenerationResult
 from generation.sampling import SamplingSpec
-from inference_workers.engine.base import GenerationRequest
-from inference_workers.engine.host import EngineDied, EngineError
+from inference_workers.coalescer import DeltaCoalescer, StreamLost
+from inference_workers.engine.base import EngineDead, EngineError, GenerationDelta, GenerationRequest
 from inference_workers.prompting import build_run_prompt
-from inference_workers.runtime import WorkerRuntime
+from inference_workers.runtime import ActiveRun, WorkerRuntime
 from runs.lifecycle_log import RunStep, log_run_step, seconds_between
 from runs.models import Recovery, Run, RunStatus
 from runs.services import run_fail, run_finish, run_handoff, run_mark_first_token, run_mark_streaming
@@ -47,194 +52,8 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-STREAM_ERRORS = (redis.ConnectionError, redis.TimeoutError)
-"""Redis not answering (a restart, a network blip): the coalescer keeps its text and tries again."""
-
 DB_RETRY_S = 30.0
 """How long a run's writes to Postgres are retried while it is unreachable (a restart takes seconds)."""
-
-IDLE_WAIT_S = 0.5
-"""The generation loop's wait for a delta when nothing is buffered; it also bounds how late a repeated abort
-of a cancelled run goes to the engine (the cancel listener's abort normally lands within one step)."""
-
-
-class StreamLost(RuntimeError):
-    """The run's stream cannot be written: Redis stayed unreachable past the coalescer's outage limit, or the
-    attempt lost the run's lease meanwhile. The attempt stops; the reaper requeues the run."""
-
-
-@dataclass
-class _Part:
-    """One engine delta not yet in the stream."""
-
-    text: str
-    tokens: int
-    logprobs: list[dict[str, Any]] = field(default_factory=list)
-
-
-class DeltaCoalescer:
-    """Buffers deltas: the first text goes out at once, then every ``interval_s`` or ``max_tokens`` tokens.
-
-    With ``logprobs`` (the run asked for them) each part keeps its tokens' logprob entries and every delta event
-    carries those of its tokens, ``"logprobs": [...]``; a flush of tokens without text (the end-of-sequence
-    token) is then written too, so every token's entry reaches the stream. Without, such a flush writes nothing.
-
-    It rides out a short Redis outage (a restart): an append that fails keeps its text buffered and the next
-    flush, ``retry_s`` later, tries again, so generation goes on and nothing is lost or sent twice. Before the
-    first write after an outage it checks that this attempt still holds the run (``owns``: its lease may have
-    expired meanwhile and the run been requeued), whether the failed append had reached Redis after all (only
-    its reply lost), and whether the stream lost entries (Redis restarted without them): then a ``reset`` and
-    the whole text so far go out, so a client's text is exact again. Past ``outage_limit_s`` without Redis,
-    or without the lease, it raises :class:`StreamLost`.
-    """
-
-    def __init__(
-        self,
-        writer: RunStreamWriter,
-        *,
-        interval_s: Callable[[], float],
-        max_tokens: int,
-        owns: Callable[[], bool] = lambda: True,
-        outage_limit_s: float = 10.0,
-        retry_s: float = 0.25,
-        logprobs: bool = False,
-    ) -> None:
-        self.writer = writer
-        self.interval_s = interval_s
-        """Called at each flush decision: the interval grows with the number of live streams."""
-        self.max_tokens = max_tokens
-        self.owns = owns
-        self.outage_limit_s = outage_limit_s
-        self.retry_s = retry_s
-        self.logprobs = logprobs
-        self.parts: list[_Part] = []
-        """Deltas not yet in the stream."""
-        self.text_parts: list[str] = []
-        self.logprob_entries: list[dict[str, Any]] = []
-        """Every logprob entry so far (with ``logprobs``): a resend after lost entries sends them all again."""
-        self.tokens = 0
-        self.prompt_tokens: int | None = None
-        """The prompt's length as the engine counted it, once known: the first delta written carries it (an
-        OpenAI stream's running usage, ``stream_options.continuous_usage_stats``)."""
-        self.last_flush = 0.0
-        self.flushes = 0
-        self._down_since: float | None = None
-        self._next_try = 0.0
-        self._unsure: tuple[int, int] | None = None
-        """(id, parts) of a failed append that Redis may have applied anyway."""
-
-    @property
-    def text(self) -> str:
-        return "".join(self.text_parts)
-
-    def seed(self, answer: StreamedAnswer) -> None:
-        """Starts from an answer already in the stream (an earlier attempt's, which this one continues): it counts
-        in :attr:`text`, :attr:`tokens` and the logprob entries, and a resend after lost entries sends it too,
-        but it is not written again. The first new text still goes out at once, without ``prompt_tokens``."""
-        self.text_parts = [answer.text]
-        self.tokens = answer.tokens
-        self.logprob_entries = list(answer.logprobs) if self.logprobs else []
-
-    @property
-    def buffered_tokens(self) -> int:
-        return sum(part.tokens for part in self.parts)
-
-    def add(self, text: str, tokens: int, logprobs: list[dict[str, Any]] | None = None) -> None:
-        if not text and not tokens:
-            return
-        entries = list(logprobs or []) if self.logprobs else []
-        self.parts.append(_Part(text, tokens, entries))
-        self.text_parts.append(text)
-        self.logprob_entries.extend(entries)
-        self.tokens += tokens
-        if self.flushes == 0 or self.buffered_tokens >= self.max_tokens:
-            self.flush()
-        else:
-            self.flush_if_due()
-
-    def wait_s(self) -> float:
-        """How long the generation loop may wait for the next delta: until a buffered flush is due, else
-        ``IDLE_WAIT_S`` (a thread per run waking every flush interval for nothing was most of a worker's CPU
-        between tokens)."""
-        if not self.parts:
-            return IDLE_WAIT_S
-        due = self.last_flush + self.interval_s()
-        if self._down_since is not None:  # Redis is out: the next try, not a spin until it is back
-            due = max(due, self._next_try)
-        return max(0.001, due - time.monotonic())
-
-    def flush_if_due(self) -> None:
-        if self.parts and time.monotonic() - self.last_flush >= self.interval_s():
-            self.flush()
-
-    def flush(self) -> None:
-        if not self.parts:
-            return
-        now = time.monotonic()
-        if self._down_since is not None and now < self._next_try:
-            return
-        try:
-            if self._down_since is not None:
-                self._resume()
-            self._append_buffered()
-        except STREAM_ERRORS as exc:
-            if self._down_since is None:
-                self._down_since = now
-                logger.warning("run %s: its stream is unreachable (%s); buffering the text", self.writer.run_id, exc)
-            if now - self._down_since > self.outage_limit_s:
-                raise StreamLost(f"Redis unreachable for {now - self._down_since:.1f} s") from exc
-            self._next_try = now + self.retry_s
-            return
-        if self._down_since is not None:
-            logger.info("run %s: stream reachable again after %.1f s", self.writer.run_id, now - self._down_since)
-            self._down_since = None
-
-    def drain(self) -> None:
-        """Flushes what is buffered, waiting out a Redis outage (up to the limit, then :class:`StreamLost`)."""
-        self.flush()
-        while self.parts:
-            time.sleep(self.retry_s)
-            self.flush()
-
-    def _append_buffered(self) -> None:
-        count = len(self.parts)
-        text = "".join(part.text for part in self.parts)
-        data: dict[str, Any] = {"text": text, "tokens": self.buffered_tokens}
-        if self.flushes == 0 and self.prompt_tokens is not None:
-            data["prompt_tokens"] = self.prompt_tokens
-        if self.logprobs:
-            data["logprobs"] = [entry for part in self.parts for entry in part.logprobs]
-        if text or data.get("logprobs"):
-            try:
-                self.writer.append(StreamEvent.DELTA, data)
-            except STREAM_ERRORS:
-                self._unsure = (self.writer.seq + 1, count)
-                raise
-            self.flushes += 1
-        del self.parts[:count]
-        self.last_flush = time.monotonic()
-
-    def _resume(self) -> None:
-        """The first write after Redis errors: is the run still ours, and what does its stream hold?"""
-        if not self.owns():
-            raise StreamLost("the attempt lost the run's lease while Redis was unreachable")
-        last = self.writer.last_in_stream()
-        if self._unsure is not None:
-            seq, count = self._unsure
-            self._unsure = None
-            if last >= seq:  # it had been written; only its reply was lost
-                self.writer.written_up_to(seq)
-                self.flushes += 1
-                del self.parts[:count]
-        if last < self.writer.seq:  # Redis came back without entries it had acknowledged
-            logger.warning(
-                "run %s: its stream lost entries %s-%s; resending the text",
-                self.writer.run_id,
-                last + 1,
-                self.writer.seq,
-            )
-            self.writer.append(StreamEvent.RESET, {})
-            self.parts = [_Part(self.text, self.tokens, list(self.logprob_entries))]
 
 
 def _with_db_retry(write: Callable[[], T], *, run_id: int, what: str) -> T:
@@ -266,178 +85,306 @@ def generate_run(*, run_id: int, runtime: WorkerRuntime, engine_priority: int | 
     when it cannot, restarts with a ``reset`` event), and only the attempt that still owns the run may write its
     assistant message.
 
-    Raises :class:`EngineDied` without touching the run when this worker's engine is dead (the task goes back
+    Raises :class:`EngineDead` without touching the run when this worker's engine is dead (the task goes back
     to the queue for a live worker); a run whose engine dies while it is generated is left to the reaper.
     """
     if runtime.host.dead is not None:
-        raise EngineDied(runtime.host.dead)
+        raise EngineDead(runtime.host.dead)
     if not runtime.claim(run_id):
         logger.info("run %s: another attempt holds it; skipping this delivery", run_id)
         return None
     try:
-        return _generate_claimed(run_id=run_id, runtime=runtime, engine_priority=engine_priority)
+        return GenerationAttempt(run_id=run_id, runtime=runtime, engine_priority=engine_priority).generate()
     finally:
         runtime.release(run_id)
         runtime.beat_after_run()  # its slot is free now: the dispatcher need not wait for the next heartbeat
 
 
-def _generate_claimed(*, run_id: int, runtime: WorkerRuntime, engine_priority: int | None) -> RunStatus | None:
-    # This attempt holds the lease: no other writes the stream now, and what it shows is what clients have seen.
-    writer = RunStreamWriter(run_id)
-    streamed = streamed_answer(run_id, client=writer.client) if writer.seq > 0 else None
-    run, changed = _with_db_retry(
-        lambda: run_mark_streaming(run_id=run_id, worker=runtime.worker_name, streamed=streamed),
-        run_id=run_id,
-        what="claiming it",
-    )
-    if not changed:
-        return None
-    if run.is_terminal:  # it was cancelling when its previous worker died, or ran out of attempts
-        return RunStatus(run.status)
+@dataclass(frozen=True)
+class _Ended:
+    """A step ended the attempt before :meth:`GenerationAttempt.result`."""
 
-    attempt = run.attempts
-    resumed = streamed if run.recovery == Recovery.CONTINUED else None
-    status: dict[str, object] = {"status": run.status, "attempt": attempt, "worker": runtime.worker_name}
-    if resumed is not None:
-        status["continued_from_tokens"] = resumed.tokens
-        logger.info("run %s: attempt %s continues from %s streamed tokens", run_id, attempt, resumed.tokens)
-    elif run.recovery == Recovery.RESTARTED:  # an earlier attempt's text, if any, is dropped by clients
-        writer.append(StreamEvent.RESET, {"attempt": attempt})
-    writer.append(StreamEvent.STATUS, status)
-    resumed_tokens = resumed.tokens if resumed is not None else 0
-    if resumed is not None and resumed_tokens >= run.max_tokens:  # the earlier attempts used up max_tokens
-        done = GenerationResult(
-            text=resumed.text,
-            input_tokens=resumed.prompt_tokens or 0,
-            output_tokens=resumed_tokens,
-            finish_reason=EngineFinishReason.LENGTH,
-        )
-        return _finish(run_id=run_id, attempt=attempt, result=done)
-    active = runtime.register(run_id=run_id, attempt=attempt)
-    handed_off = False
-    try:
+    status: RunStatus | None
+    """The run's final status (None: the run is not this attempt's to end, or it is left to the reaper)."""
+
+
+class GenerationAttempt:
+    """One attempt at generating a run whose lease this worker holds (:func:`generate_run` takes the lease and
+    releases it whatever happens): :meth:`open`, then :meth:`pump`, then :meth:`result` (:meth:`generate`).
+
+    The lease means no other attempt writes the run's stream now: what the stream shows is what clients have seen.
+    Made for one :meth:`generate` call.
+    """
+
+    def __init__(self, *, run_id: int, runtime: WorkerRuntime, engine_priority: int | None) -> None:
+        self.run_id = run_id
+        self.runtime = runtime
+        self.engine_priority = engine_priority
+        self.writer = RunStreamWriter(run_id)
+        self.run: Run
+        """The run as :meth:`open` claimed it."""
+        self.attempt = 0
+        """This attempt's number (``Run.attempts`` once claimed)."""
+        self.resumed: StreamedAnswer | None = None
+        """The earlier attempts' answer in the stream, when this attempt continues it (``Recovery.CONTINUED``)."""
+        self.input_tokens = 0
+        """The run's input tokens: its own prompt's, as the attempt that began the answer counted them (a
+        continuation's prompt also holds the answer so far, which is output, counted in the output tokens)."""
+        self.output_tokens = 0
+        """This attempt's output tokens (the answer's: these plus :attr:`resumed_tokens`)."""
+        self.finish_reason = EngineFinishReason.ABORT
+        """The engine's, once its last delta says; ``abort`` until then (a cancel, a handoff)."""
+        self.handed_off = False
+        """The worker drained past its deadline and :meth:`pump` stopped for :meth:`result` to hand the run on."""
+        self.coalescer: DeltaCoalescer | None = None
+        """What writes this attempt's deltas to the stream, once :meth:`pump` has built the engine request."""
+        self._last_abort = 0.0
+
+    @property
+    def resumed_tokens(self) -> int:
+        """The answer's tokens already streamed by the earlier attempts this one continues (0: it does not)."""
+        return self.resumed.tokens if self.resumed is not None else 0
+
+    @property
+    def text(self) -> str:
+        """The answer so far: the earlier attempts' text this one continues, then this attempt's."""
+        if self.coalescer is not None:
+            return self.coalescer.text
+        return self.resumed.text if self.resumed is not None else ""
+
+    def generate(self) -> RunStatus | None:
+        """The attempt, step by step; returns the run's final status (None: not this attempt's to end, or left
+        to the reaper). The run is registered with the runtime (its cancels, its handoff, its lease refreshed by
+        the heartbeat) while it is pumped, and unregistered whatever happens, before :meth:`result` ends it. An
+        exception no step handles (Postgres out past ``DB_RETRY_S``, say) goes to the caller with the run left as
+        it is, for the reaper."""
+        ended = self.open()
+        if ended is not None:
+            return ended.status
+        active = self.runtime.register(run_id=self.run_id, attempt=self.attempt)
         try:
-            prompt = build_run_prompt(run=run, answer_prefix=resumed.text if resumed is not None else "")
-            request = run_generation_request(
-                run=run,
-                request_id=active.request_id,
-                prompt=prompt,
-                engine_priority=engine_priority,
-                resumed_tokens=resumed_tokens,
+            ended = self.pump(active)
+        finally:
+            self.runtime.unregister(self.run_id)
+        if ended is not None:
+            return ended.status
+        return self.result()
+
+    def open(self) -> _Ended | None:
+        """Claims the run for this attempt in Postgres (``run_mark_streaming``, retried while Postgres is out)
+        and says so in its stream: a ``reset`` first when the attempt starts the answer over, then ``status``
+        (with ``continued_from_tokens`` when it goes on from the streamed text).
+
+        Ends the attempt when the claim changed nothing (not this attempt's run: nothing is written), when the
+        claim ended the run (it was cancelling when its previous worker died, or ran out of attempts: its final
+        status, nothing written), or when the earlier attempts' answer used up ``max_tokens`` (the run is finished
+        ``length`` with it). Nothing is registered with the runtime yet: only the lease, the caller's, is held.
+        """
+        streamed = streamed_answer(self.run_id, client=self.writer.client) if self.writer.seq > 0 else None
+        run, changed = _with_db_retry(
+            lambda: run_mark_streaming(run_id=self.run_id, worker=self.runtime.worker_name, streamed=streamed),
+            run_id=self.run_id,
+            what="claiming it",
+        )
+        if not changed:
+            return _Ended(None)
+        if run.is_terminal:  # it was cancelling when its previous worker died, or ran out of attempts
+            return _Ended(RunStatus(run.status))
+        self.run, self.attempt = run, run.attempts
+        self.resumed = resumed = streamed if run.recovery == Recovery.CONTINUED else None
+        status: dict[str, object] = {"status": run.status, "attempt": self.attempt, "worker": self.runtime.worker_name}
+        if resumed is not None:
+            status["continued_from_tokens"] = resumed.tokens
+            self.input_tokens = resumed.prompt_tokens or 0
+            logger.info(
+                "run %s: attempt %s continues from %s streamed tokens", self.run_id, self.attempt, resumed.tokens
             )
+        elif run.recovery == Recovery.RESTARTED:  # an earlier attempt's text, if any, is dropped by clients
+            self.writer.append(StreamEvent.RESET, {"attempt": self.attempt})
+        self.writer.append(StreamEvent.STATUS, status)
+        if resumed is not None and resumed.tokens >= run.max_tokens:  # the earlier attempts used up max_tokens
+            return _Ended(self._finish(EngineFinishReason.LENGTH))
+        return None
+
+    def pump(self, active: ActiveRun) -> _Ended | None:
+        """Asks the engine for the answer and writes its deltas to the stream; returns None with everything
+        buffered in the stream (generated to the end, cancelled, or stopped for a handoff): :meth:`result` ends
+        the run. Called while ``active`` is registered (the caller unregisters it whatever happens); an engine
+        request it stops reading is aborted (the host's stream aborts one that is abandoned).
+
+        Ends the attempt, having ended the run, when the prompt (or the stored sampling) cannot be built (failed:
+        the engine was not asked), when a cancel came before generation started (finished ``abort``, no new
+        text), or when the engine fails the request (failed, once the text so far is in the stream). Ends it with
+        the run left ``streaming`` for the reaper to requeue on a live worker when the engine dies, or when the
+        stream cannot be written (:class:`StreamLost`: the engine request is aborted, the unwritten text dropped).
+        """
+        try:
+            request = self._engine_request(active)
         except Exception as exc:  # a prompt (or stored sampling) we cannot use fails this run, not the worker
-            logger.exception("run %s: building the prompt failed", run_id)
-            return _fail(run_id=run_id, attempt=attempt, error=f"Could not build the prompt: {exc}")
-        streams = settings.STREAMS
+            logger.exception("run %s: building the prompt failed", self.run_id)
+            return _Ended(self._fail(f"Could not build the prompt: {exc}"))
+        coalescer = self.coalescer = self._new_coalescer(request)
+        if self.runtime.cancel_pending(self.run_id):  # cancelled between the claim and now: nothing to generate
+            return _Ended(self._finish(EngineFinishReason.ABORT))
+        try:
+            return self._generate_into(coalescer, request=request, active=active)
+        except StreamLost as exc:
+            self.runtime.host.abort(request.request_id)
+            logger.warning(
+                "run %s: %s; attempt %s stops and the reaper requeues the run", self.run_id, exc, self.attempt
+            )
+            return _Ended(None)
+
+    def result(self) -> RunStatus | None:
+        """Ends the run with what the attempt generated, once the run is unregistered: after a handoff, the run
+        goes back to the queue for another worker (None), unless it is no longer this attempt's to hand on
+        (cancelled meanwhile, superseded); otherwise, and then, the answer is stored (None: superseded, dropped)."""
+        if self.handed_off and self._hand_off():
+            return None
+        return self._finish(self.finish_reason)
+
+    # pump's parts
+
+    def _engine_request(self, active: ActiveRun) -> GenerationRequest:
+        prompt = build_run_prompt(run=self.run, answer_prefix=self.resumed.text if self.resumed is not None else "")
+        return run_generation_request(
+            run=self.run,
+            request_id=active.request_id,
+            prompt=prompt,
+            engine_priority=self.engine_priority,
+            resumed_tokens=self.resumed_tokens,
+        )
+
+    def _new_coalescer(self, request: GenerationRequest) -> DeltaCoalescer:
         coalescer = DeltaCoalescer(
-            writer,
+            self.writer,
             interval_s=current_flush_interval,
-            max_tokens=streams.flush_max_tokens,
-            owns=lambda: runtime.holds(run_id),
+            max_tokens=settings.STREAMS.flush_max_tokens,
+            owns=lambda: self.runtime.holds(self.run_id),
             # Past the lease's TTL without Redis the lease is gone: the run is the reaper's to requeue.
             outage_limit_s=float(settings.WORKERS.heartbeat_ttl_s),
             logprobs=request.sampling.logprobs is not None,
         )
-        # The run's input tokens are its own prompt's, as the attempt that began the answer counted them: the
-        # continuation's prompt also holds the answer so far, which is output (counted in output_tokens), not input.
-        input_tokens = (resumed.prompt_tokens or 0) if resumed is not None else 0
-        output_tokens = 0  # this attempt's
-        if resumed is not None:
-            coalescer.seed(resumed)
-        finish_reason = EngineFinishReason.ABORT
-        if runtime.cancel_pending(run_id):  # cancelled between the claim and now: nothing to generate
-            empty = GenerationResult(
-                text=coalescer.text,
-                input_tokens=input_tokens,
-                output_tokens=resumed_tokens,
-                finish_reason=EngineFinishReason.ABORT,
-            )
-            return _finish(run_id=run_id, attempt=attempt, result=empty)
-        last_abort = 0.0
+        if self.resumed is not None:
+            coalescer.seed(self.resumed)
+        return coalescer
+
+    def _generate_into(
+        self, coalescer: DeltaCoalescer, *, request: GenerationRequest, active: ActiveRun
+    ) -> _Ended | None:
+        """The engine's deltas into ``coalescer``, then drained to the stream; raises :class:`StreamLost`."""
         try:
-            try:
-                for delta in runtime.host.stream(request, poll_s=coalescer.wait_s):
-                    if active.handoff_requested.is_set() and (delta is None or delta.finish_reason is None):
-                        # The worker drains past its deadline: what is in the coalescer goes to the stream (below)
-                        # and another worker goes on from there; this delta and what the engine still had are
-                        # dropped (the stream is the answer so far, and no client saw them).
-                        runtime.host.abort(request.request_id)
-                        handed_off = True
-                        break
-                    if active.cancel_requested.is_set() and time.monotonic() - last_abort > 0.5:
-                        # An abort that reached the engine before the request did is a no-op: repeat it.
-                        runtime.host.abort(request.request_id)
-                        last_abort = time.monotonic()
-                    if delta is None:
-                        coalescer.flush_if_due()
-                        continue
-                    if delta.prompt_tokens is not None:
-                        if resumed is None:
-                            input_tokens = coalescer.prompt_tokens = delta.prompt_tokens
-                        elif resumed.prompt_tokens is None:  # not in the stream: this prompt less the answer so far
-                            input_tokens = max(0, delta.prompt_tokens - resumed_tokens)
-                    first_token = output_tokens == 0 and delta.new_tokens > 0
-                    output_tokens += delta.new_tokens
-                    # The first text goes out before any bookkeeping.
-                    coalescer.add(delta.text, delta.new_tokens, delta.logprobs)
-                    if first_token:
-                        _mark_first_token(run_id=run_id, attempt=attempt)
-                        timing: dict[str, object] = {} if delta.timing is None else dict(delta.timing.as_fields())
-                        log_run_step(
-                            RunStep.FIRST_TOKEN,
-                            run,
-                            f"run {run_id}: first token (attempt {attempt})",
-                            attempt=attempt,
-                            ttft_s=seconds_between(run.created_at, timezone.now()),
-                            engine_priority=request.priority,
-                            worker=None,
-                            level=logging.INFO,
-                            **timing,  # worker and level given: these can only be record fields
-                        )
-                    if delta.finish_reason is not None:
-                        finish_reason = EngineFinishReason(delta.finish_reason)
-            except EngineDied as exc:
-                # Not this run's fault: its lease is released (below) and the reaper requeues it on a live worker.
-                logger.error("run %s: the engine died (%s); attempt %s stops for the reaper", run_id, exc, attempt)
-                return None
-            except EngineError as exc:
-                coalescer.drain()
-                return _fail(run_id=run_id, attempt=attempt, error=f"The engine failed: {exc}")
+            for delta in self.runtime.host.stream(request, poll_s=coalescer.wait_s):
+                if active.handoff_requested.is_set() and (delta is None or delta.finish_reason is None):
+                    # The worker drains past its deadline: what is in the coalescer goes to the stream (below) and
+                    # another worker goes on from there; this delta and what the engine still had are dropped (the
+                    # stream is the answer so far, and no client saw them).
+                    self.runtime.host.abort(request.request_id)
+                    self.handed_off = True
+                    break
+                if active.cancel_requested.is_set() and time.monotonic() - self._last_abort > 0.5:
+                    # An abort that reached the engine before the request did is a no-op: repeat it.
+                    self.runtime.host.abort(request.request_id)
+                    self._last_abort = time.monotonic()
+                if delta is None:
+                    coalescer.flush_if_due()
+                    continue
+                self._take(delta, coalescer, request=request)
+        except EngineDead as exc:  # caught before EngineError, which it is
+            # Not this run's fault: its lease is released (by generate_run) and the reaper requeues it on a live worker.
+            logger.error(
+                "run %s: the engine died (%s); attempt %s stops for the reaper", self.run_id, exc, self.attempt
+            )
+            return _Ended(None)
+        except EngineError as exc:
             coalescer.drain()
-        except StreamLost as exc:
-            runtime.host.abort(request.request_id)
-            logger.warning("run %s: %s; attempt %s stops and the reaper requeues the run", run_id, exc, attempt)
-            return None
-    finally:
-        runtime.unregister(run_id)
-
-    if handed_off and _hand_off(run_id=run_id, attempt=attempt, runtime=runtime):
+            return _Ended(self._fail(f"The engine failed: {exc}"))
+        coalescer.drain()
         return None
-    result = GenerationResult(
-        text=coalescer.text,
-        input_tokens=input_tokens,
-        output_tokens=resumed_tokens + output_tokens,
-        finish_reason=finish_reason,
-    )
-    return _finish(run_id=run_id, attempt=attempt, result=result)
 
+    def _take(self, delta: GenerationDelta, coalescer: DeltaCoalescer, *, request: GenerationRequest) -> None:
+        """One engine delta: counted, handed to the coalescer, and the first token recorded."""
+        if delta.prompt_tokens is not None:
+            if self.resumed is None:
+                self.input_tokens = coalescer.prompt_tokens = delta.prompt_tokens
+            elif self.resumed.prompt_tokens is None:  # not in the stream: this prompt less the answer so far
+                self.input_tokens = max(0, delta.prompt_tokens - self.resumed.tokens)
+        first_token = self.output_tokens == 0 and delta.new_tokens > 0
+        self.output_tokens += delta.new_tokens
+        # The first text goes out before any bookkeeping.
+        coalescer.add(delta.text, delta.new_tokens, delta.logprobs)
+        if first_token:
+            self._first_token(delta, request=request)
+        if delta.finish_reason is not None:
+            self.finish_reason = EngineFinishReason(delta.finish_reason)
 
-def _hand_off(*, run_id: int, attempt: int, runtime: WorkerRuntime) -> bool:
-    """Gives the run back to the queue for another worker (its text so far is in the stream); False when it is no
-    longer this attempt's to hand on (cancelled meanwhile, or superseded): the attempt then ends it as usual.
+    def _first_token(self, delta: GenerationDelta, *, request: GenerationRequest) -> None:
+        try:
+            run_mark_first_token(run_id=self.run_id, attempt=self.attempt)
+        except CONNECTION_ERRORS as exc:  # a statistic: not worth holding the stream up while Postgres restarts
+            connection.close()
+            logger.warning("run %s: could not record its first token (%s)", self.run_id, exc)
+        timing: dict[str, object] = {} if delta.timing is None else dict(delta.timing.as_fields())
+        log_run_step(
+            RunStep.FIRST_TOKEN,
+            self.run,
+            f"run {self.run_id}: first token (attempt {self.attempt})",
+            attempt=self.attempt,
+            ttft_s=seconds_between(self.run.created_at, timezone.now()),
+            engine_priority=request.priority,
+            worker=None,
+            level=logging.INFO,
+            **timing,  # worker and level given: these can only be record fields
+        )
 
-    The lease goes first, so the next worker's claim finds it free; should the reaper see the run without it
-    before the requeue commits, it requeues the run itself and the handoff finds nothing to do."""
-    runtime.release(run_id)
-    handed = _with_db_retry(
-        lambda: run_handoff(run_id=run_id, attempt=attempt, worker=runtime.worker_name),
-        run_id=run_id,
-        what="handing it off",
-    )
-    if handed is None:
-        return False
-    logger.info("run %s: attempt %s handed it off (the worker drains)", run_id, attempt)
-    return True
+    # how the run ends
+
+    def _answer(self, finish_reason: EngineFinishReason) -> GenerationResult:
+        """The run's result, whichever way the attempt ends it (the one place one is built): the whole answer
+        (the earlier attempts' text this one continues, then its own) and its tokens, the run's input tokens."""
+        return GenerationResult(
+            text=self.text,
+            input_tokens=self.input_tokens,
+            output_tokens=self.resumed_tokens + self.output_tokens,
+            finish_reason=finish_reason,
+        )
+
+    def _finish(self, finish_reason: EngineFinishReason) -> RunStatus | None:
+        result = self._answer(finish_reason)
+        finished = _with_db_retry(
+            lambda: run_finish(run_id=self.run_id, attempt=self.attempt, result=result),
+            run_id=self.run_id,
+            what="storing its answer",
+        )
+        if finished is None:
+            logger.warning("run %s: attempt %s was superseded; its result is dropped", self.run_id, self.attempt)
+            return None
+        return RunStatus(finished.status)
+
+    def _fail(self, error: str) -> RunStatus | None:
+        failed = _with_db_retry(
+            lambda: run_fail(run_id=self.run_id, error=error, attempt=self.attempt),
+            run_id=self.run_id,
+            what="failing it",
+        )
+        return RunStatus.FAILED if failed is not None else None
+
+    def _hand_off(self) -> bool:
+        """Gives the run back to the queue for another worker (its text so far is in the stream); False when it is
+        no longer this attempt's to hand on (cancelled meanwhile, or superseded): the attempt then ends it as usual.
+
+        The lease goes first, so the next worker's claim finds it free; should the reaper see the run without it
+        before the requeue commits, it requeues the run itself and the handoff finds nothing to do."""
+        self.runtime.release(self.run_id)
+        handed = _with_db_retry(
+            lambda: run_handoff(run_id=self.run_id, attempt=self.attempt, worker=self.runtime.worker_name),
+            run_id=self.run_id,
+            what="handing it off",
+        )
+        if handed is None:
+            return False
+        logger.info("run %s: attempt %s handed it off (the worker drains)", self.run_id, self.attempt)
+        return True
 
 
 def run_generation_request(
@@ -458,28 +405,3 @@ def run_generation_request(
         sampling=spec,
         priority=priority,
     )
-
-
-def _mark_first_token(*, run_id: int, attempt: int) -> None:
-    try:
-        run_mark_first_token(run_id=run_id, attempt=attempt)
-    except CONNECTION_ERRORS as exc:  # a statistic: not worth holding the stream up while Postgres restarts
-        connection.close()
-        logger.warning("run %s: could not record its first token (%s)", run_id, exc)
-
-
-def _finish(*, run_id: int, attempt: int, result: GenerationResult) -> RunStatus | None:
-    finished = _with_db_retry(
-        lambda: run_finish(run_id=run_id, attempt=attempt, result=result), run_id=run_id, what="storing its answer"
-    )
-    if finished is None:
-        logger.warning("run %s: attempt %s was superseded; its result is dropped", run_id, attempt)
-        return None
-    return RunStatus(finished.status)
-
-
-def _fail(*, run_id: int, attempt: int, error: str) -> RunStatus | None:
-    failed = _with_db_retry(
-        lambda: run_fail(run_id=run_id, error=error, attempt=attempt), run_id=run_id, what="failing it"
-    )
-    return RunStatus.FAILED if failed is not None else None

@@ -13,7 +13,7 @@ from chats.models import Chat
 from chats.summary import chat_summary_refresh, engine_has_room_for_background
 from core.redis_client import get_redis
 from generation.worker_contract import GENERATE_TASK, SUMMARIZE_TASK, summary_pending_key
-from inference_workers.engine.host import EngineDied
+from inference_workers.engine.base import EngineDead
 from inference_workers.runtime import get_runtime
 from inference_workers.services import generate_run
 from inference_workers.summarize import generate_text
@@ -34,7 +34,7 @@ def generate(run_id: int, engine_priority: int | None = None) -> str | None:
     """
     try:
         status = generate_run(run_id=run_id, runtime=get_runtime(), engine_priority=engine_priority)
-    except EngineDied as exc:
+    except EngineDead as exc:
         logger.warning("run %s: this worker's engine is dead (%s); the task goes back to the queue", run_id, exc)
         raise Reject(str(exc), requeue=True) from exc
     except Run.DoesNotExist:

@@ -11,11 +11,20 @@ from generation.result import EngineFinishReason
 from generation.sampling import SamplingSpec
 
 
-class EngineDead(RuntimeError):
+class EngineError(RuntimeError):
+    """A request failed in the engine: what ``EngineHost.stream`` raises for any exception of the engine's
+    ``generate`` (the run ends failed with this message)."""
+
+
+class EngineDead(EngineError):
     """The engine cannot serve any request any more (vLLM's engine core died: ``EngineDeadError``).
 
-    Unlike an error of one request, this ends the engine for every run: the worker stops taking runs and its
-    process exits, and the runs in flight are requeued by the reaper (see ``EngineHost`` and ``WorkerRuntime``).
+    The engine raises it from ``generate``; ``EngineHost`` marks itself dead and raises it to the request's task
+    thread, and again for every later request, and ``generate_run`` raises it before it touches a run. Unlike an
+    error of one request (any other :class:`EngineError`: the run fails), this ends the engine for every run and is
+    no run's fault: the worker stops taking runs and its process exits, the runs in flight are requeued by the
+    reaper and a run not yet started goes back to the queue (see ``EngineHost`` and ``WorkerRuntime``). Being an
+    :class:`EngineError`, it must be caught before one.
     """
 
 

@@ -17,21 +17,19 @@ from typing import Any, TypeVar
 
 from core.config import EngineConfig
 from inference_workers.engine import build_engine
-from inference_workers.engine.base import EngineDead, EngineStats, GenerationDelta, GenerationRequest, InferenceEngine
+from inference_workers.engine.base import (
+    EngineDead,
+    EngineError,
+    EngineStats,
+    GenerationDelta,
+    GenerationRequest,
+    InferenceEngine,
+)
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _END = object()
-
-
-class EngineError(RuntimeError):
-    """The engine failed while generating (the run ends failed with this message)."""
-
-
-class EngineDied(EngineError):
-    """The engine itself is dead (:class:`EngineDead`): not this request's fault, and no later request can be
-    served. The run is not failed: the worker leaves it to the reaper, which requeues it on a live worker."""
 
 
 class EngineHost:
@@ -42,7 +40,7 @@ class EngineHost:
         self._thread = threading.Thread(target=self._serve, name="engine-loop", daemon=True)
         self._started = False
         self.dead: str | None = None
-        """Why the engine died (None while it lives); once set, every :meth:`stream` raises :class:`EngineDied`."""
+        """Why the engine died (None while it lives); once set, every :meth:`stream` raises :class:`EngineDead`."""
         self.on_dead: Callable[[str], None] | None = None
         """Called once, from the engine's loop thread, when the engine dies (the worker runtime stops the process)."""
         self._dead_lock = threading.Lock()
@@ -69,11 +67,11 @@ class EngineHost:
         """Deltas of one request for a synchronous caller; yields ``None`` whenever the wait ``poll_s()`` (asked
         before each wait, so a caller with nothing buffered can sleep longer) passes idle; None: never.
 
-        Raises :class:`EngineError` if the request fails, :class:`EngineDied` if the engine is dead (or dies
-        meanwhile). Abandoning the iterator aborts the request.
+        Raises :class:`EngineError` if the request fails, :class:`EngineDead` (an ``EngineError`` too) if the engine is
+        dead (or dies meanwhile). Abandoning the iterator aborts the request.
         """
         if self.dead is not None:
-            raise EngineDied(self.dead)
+            raise EngineDead(self.dead)
         out: queue.SimpleQueue[Any] = queue.SimpleQueue()
 
         async def pump() -> None:
@@ -86,7 +84,7 @@ class EngineHost:
             except EngineDead as exc:  # every request fails from now on: the worker must stop taking runs
                 logger.critical("the engine died (request %s): %s", request.request_id, exc)
                 self._mark_dead(str(exc))
-                out.put(EngineDied(str(exc)))
+                out.put(EngineDead(str(exc)))  # raised in the task thread, which reads the queue
             except Exception as exc:  # any other engine failure ends this run, not the worker
                 logger.exception("engine failed on request %s", request.request_id)
                 out.put(EngineError(f"{type(exc).__name__}: {exc}"))

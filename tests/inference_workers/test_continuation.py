@@ -24,12 +24,12 @@ from chats.models import Message, MessageRole
 from deployments.models import DeploymentStatus, ModelDeployment
 from deployments.selection import forget_cached
 from generation.worker_contract import run_lease_holder
-from inference_workers.engine.base import GenerationDelta, GenerationRequest
-from inference_workers.engine.host import EngineDied
+from inference_workers.coalescer import DeltaCoalescer
+from inference_workers.engine.base import EngineDead, GenerationDelta, GenerationRequest
 from inference_workers.engine.simulated import SimulatedEngine, simulated_token
 from inference_workers.prompting import build_run_prompt
 from inference_workers.runtime import WorkerRuntime
-from inference_workers.services import DeltaCoalescer, generate_run
+from inference_workers.services import generate_run
 from runs.models import FinishReason, Recovery, Run, RunStatus
 from runs.queueing import get_scheduler_store
 from runs.services import run_requeue_orphan
@@ -75,7 +75,7 @@ def _die_after(runtime: WorkerRuntime, monkeypatch: pytest.MonkeyPatch, deltas: 
         for delta in real_stream(request, **kwargs):
             if delta is not None:
                 if seen == deltas:
-                    raise EngineDied("the engine process was killed (simulated)")
+                    raise EngineDead("the engine process was killed (simulated)")
                 seen += 1
             yield delta
 

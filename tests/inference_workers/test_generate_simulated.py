@@ -13,10 +13,11 @@ from django.conf import settings
 
 from chats.models import Message, MessageRole
 from generation.worker_contract import cancel_key, worker_heartbeats
+from inference_workers.coalescer import DeltaCoalescer
 from inference_workers.engine.base import GenerationRequest
 from inference_workers.engine.simulated import SimulatedEngine
 from inference_workers.runtime import WorkerRuntime
-from inference_workers.services import DeltaCoalescer, generate_run
+from inference_workers.services import generate_run
 from runs.models import FinishReason, Recovery, Run, RunStatus
 from runs.services import run_cancel
 from runs.streaming.contract import RunStreamWriter, StreamEvent

@@ -13,12 +13,12 @@ import pytest
 
 from generation.result import EngineFinishReason
 from generation.sampling import SamplingSpec
+from inference_workers.coalescer import DeltaCoalescer
 from inference_workers.engine.base import EngineDead, GenerationDelta, GenerationRequest
-from inference_workers.engine.host import EngineDied
 from inference_workers.engine.simulated import SimulatedEngine
 from inference_workers.prompting import build_run_prompt
 from inference_workers.runtime import WorkerRuntime
-from inference_workers.services import DeltaCoalescer, generate_run, run_generation_request
+from inference_workers.services import generate_run, run_generation_request
 from runs.models import PromptMode, Run, RunStatus
 from runs.streaming.contract import StreamEvent
 from tests.factories import ChatFactory, MessageFactory, RunFactory
@@ -254,7 +254,7 @@ def test_a_dead_engine_leaves_the_run_to_the_reaper_and_stops_the_worker() -> No
         assert exits == [True] and worker_heartbeats() == []
         # Any later run is refused before it is touched (its task goes back to the queue).
         later = RunFactory.create()
-        with pytest.raises(EngineDied):
+        with pytest.raises(EngineDead):
             generate_run(run_id=later.pk, runtime=runtime)
         assert Run.objects.get(pk=later.pk).status == RunStatus.QUEUED
         assert exits == [True]  # the process is told to stop once

@@ -17,7 +17,7 @@ import pytest
 import redis
 from django.conf import settings
 
-from inference_workers.services import IDLE_WAIT_S, DeltaCoalescer, StreamLost
+from inference_workers.coalescer import IDLE_WAIT_S, DeltaCoalescer, StreamLost
 from runs.streaming.contract import RunStreamWriter, StreamEvent, read_after, stream_key
 from runs.streaming.follow import GONE_ITEM, OpenedStream, StreamItem, iter_run_items
 from runs.streaming.relay import StreamRelay

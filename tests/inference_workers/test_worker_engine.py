@@ -1,20 +1,18 @@
-"""End to end through a real Celery worker (threads pool) driving the real vLLM engine with SmolLM2 on CPU.
+"""End to end through a real Celery worker (threads pool) driving the real vLLM engine with SmolLM2 on CPU: a
+run's life on it (done, redelivered, prioritized, cancelled, its worker killed), its batches and its metrics.
 
-One worker subprocess serves every test here (starting vLLM costs ~1 minute). Runs are created as rows and
-sent with ``send_to_worker`` (the dispatcher's job in production), so the worker sees committed data:
-these tests are transactional.
+One worker subprocess serves every test here and in ``test_worker_engine_sampling.py`` (the ``engine_worker``
+fixture, :mod:`tests.inference_workers.vllm_worker`). Runs are created as rows and sent with ``send_to_worker``
+(the dispatcher's job in production), so the worker sees committed data: these tests are transactional.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import signal
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,86 +22,31 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from chats.models import Message, MessageRole
-from generation.sampling import SamplingSpec
 from generation.worker_contract import worker_heartbeats
-from runs.models import FinishReason, PromptMode, Recovery, Run, RunStatus
+from runs.models import FinishReason, Recovery, Run, RunStatus
 from runs.reaper import reap_orphaned_runs
 from runs.routing import send_to_worker
 from runs.services import run_cancel
 from runs.streaming.contract import StreamEvent
-from tests.factories import ChatFactory, MessageFactory, RunFactory, UserFactory
 from tests.inference_workers.conftest import stream_of, text_after_last_reset, wait_for, wait_terminal
+from tests.inference_workers.vllm_worker import (
+    LOG_PATH,
+    METRICS_PORT,
+    METRICS_PUBLISH_S,
+    ROOT,
+    SLOTS,
+    queued_run,
+    send_run,
+)
 from tests.monitoring.dashboard import dashboard_metric_names, exposed_sample_names
-from tests.processes import celery_worker_argv, child_env, free_port, wait_worker_heartbeat
+from tests.processes import child_env
 
 pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True)]
 
-ROOT = Path(__file__).resolve().parents[2]
-WORKER_NAME = "enginetest@h2"
-SLOTS = 8
-METRICS_PORT = free_port()
-METRICS_PUBLISH_S = 0.5
-"""The worker copies its vLLM metrics to Redis on every heartbeat (each second) instead of every 5 s."""
-
-
-def _stop(proc: subprocess.Popen[bytes], *, grace_s: float = 30) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-
-
-@pytest.fixture(scope="module")
-def engine_worker(django_db_setup: None, django_db_blocker: Any) -> Iterator[str]:
-    """``celery worker -P threads`` with the real engine (vLLM, SmolLM2, fp32, eager, 1 GiB KV cache)."""
-
-    broker_db = settings.CELERY_BROKER_URL.rsplit("/", 1)[-1]
-    assert broker_db != "0", "the engine tests flush their broker database: never the dev stack's db 0"
-    import redis
-
-    redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()  # stale tasks of earlier runs
-    log_path = ROOT / "artifacts" / "engine-worker.log"
-    log_path.parent.mkdir(exist_ok=True)
-    env = child_env(
-        ENGINE_BACKEND="vllm",
-        ENGINE_MAX_NUM_SEQS=str(SLOTS),
-        ENGINE_MAX_MODEL_LEN="2048",
-        ENGINE_KV_CACHE_GIB="1",
-        ENGINE_DTYPE="float32",
-        ENGINE_ENFORCE_EAGER="true",
-        CHAT_AFFINITY="false",
-        WORKER_METRICS_PORT=str(METRICS_PORT),
-        WORKER_METRICS_PUBLISH_S=str(METRICS_PUBLISH_S),
-    )
-    cmd = celery_worker_argv(name=WORKER_NAME, concurrency=SLOTS, events=True)
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_worker_heartbeat(WORKER_NAME, proc, timeout_s=300, what=f"the engine worker (log: {log_path})")
-        yield WORKER_NAME
-    finally:
-        _stop(proc)
-
-
-def _queued_run(*, content: str, max_tokens: int, tier: str = "pro", temperature: float = 0.0) -> Run:
-    user = UserFactory.with_tier(tier)
-    chat = ChatFactory.create(owner=user)
-    message = MessageFactory.create(chat=chat, role=MessageRole.USER, content=content)
-    return RunFactory.create(
-        chat=chat, user=user, user_message=message, max_tokens=max_tokens, temperature=temperature, priority=0
-    )
-
-
-def _send(run: Run) -> None:
-    send_to_worker(run_id=run.pk, queue=run.tier.name)
-
 
 def test_prompt_ends_done_with_the_streamed_text_and_redelivery_adds_nothing(engine_worker: str) -> None:
-    run = _queued_run(content="What is the capital of France?", max_tokens=48)
-    _send(run)
+    run = queued_run(content="What is the capital of France?", max_tokens=48)
+    send_run(run)
     run = wait_terminal(run, timeout=120)
 
     assert run.status == RunStatus.DONE, run.error
@@ -122,9 +65,9 @@ def test_prompt_ends_done_with_the_streamed_text_and_redelivery_adds_nothing(eng
     assert run.output_tokens - 1 <= sum(e.data["tokens"] for e in entries if e.event == StreamEvent.DELTA)
 
     # The same task again (a redelivery after the run finished), then a fresh run behind it on the queue.
-    _send(run)
-    follower = _queued_run(content="Say hello.", max_tokens=8)
-    _send(follower)
+    send_run(run)
+    follower = queued_run(content="Say hello.", max_tokens=8)
+    send_run(follower)
     assert wait_terminal(follower, timeout=120).status == RunStatus.DONE
     assert Message.objects.filter(chat=run.chat, role=MessageRole.ASSISTANT).count() == 1
     assert len(stream_of(run)) == len(entries)
@@ -152,7 +95,7 @@ def test_prompt_ends_done_with_the_streamed_text_and_redelivery_adds_nothing(eng
 
 def _first_token_fields(run_id: int) -> dict[str, str]:
     """The ``key=value`` fields of the worker's ``first_token`` line for ``run_id`` (plain log format)."""
-    log = ROOT / "artifacts" / "engine-worker.log"
+    log = LOG_PATH
     found: list[dict[str, str]] = []
 
     def line_is_there() -> bool:
@@ -167,7 +110,7 @@ def _first_token_fields(run_id: int) -> dict[str, str]:
 
 
 def test_the_dispatchers_priority_reaches_vllm_and_first_token_says_where_the_time_went(engine_worker: str) -> None:
-    run = _queued_run(content="Name one colour.", max_tokens=8)
+    run = queued_run(content="Name one colour.", max_tokens=8)
     send_to_worker(run_id=run.pk, queue=run.tier.name, engine_priority=23)  # a band the dispatcher could choose
     run = wait_terminal(run, timeout=120)
     assert run.status == RunStatus.DONE, run.error
@@ -213,8 +156,8 @@ def test_the_engines_vllm_metrics_are_merged_into_the_webs_metrics(engine_worker
     )
     before = _generated_in_web_metrics(_web_metrics(), engine_worker)
     assert before is not None
-    run = _queued_run(content="Say hello.", max_tokens=8)
-    _send(run)
+    run = queued_run(content="Say hello.", max_tokens=8)
+    send_run(run)
     run = wait_terminal(run, timeout=120)
     assert run.status == RunStatus.DONE and run.output_tokens > 0
     wait_for(
@@ -256,16 +199,16 @@ PROMPTS = [
 
 
 def _timed_batch(*, concurrent: bool, max_tokens: int) -> tuple[float, int]:
-    runs = [_queued_run(content=prompt, max_tokens=max_tokens) for prompt in PROMPTS]
+    runs = [queued_run(content=prompt, max_tokens=max_tokens) for prompt in PROMPTS]
     started = time.monotonic()
     if concurrent:
         for run in runs:
-            _send(run)
+            send_run(run)
         finished = [wait_terminal(run, timeout=300) for run in runs]
     else:
         finished = []
         for run in runs:
-            _send(run)
+            send_run(run)
             finished.append(wait_terminal(run, timeout=120))
     elapsed = time.monotonic() - started
     assert all(r.status == RunStatus.DONE for r in finished), [r.error for r in finished]
@@ -285,8 +228,8 @@ def test_concurrent_runs_share_the_engines_batches(engine_worker: str) -> None:
 
 
 def test_cancel_mid_stream_keeps_partial_text_and_frees_the_slot(engine_worker: str) -> None:
-    run = _queued_run(content="Write a very long story about a dragon and a knight.", max_tokens=1000, temperature=0.7)
-    _send(run)
+    run = queued_run(content="Write a very long story about a dragon and a knight.", max_tokens=1000, temperature=0.7)
+    send_run(run)
     wait_for(lambda: sum(e.event == StreamEvent.DELTA for e in stream_of(run)) >= 3, timeout=120, what="a few deltas")
 
     cancelled_at = time.monotonic()
@@ -306,8 +249,8 @@ def test_cancel_mid_stream_keeps_partial_text_and_frees_the_slot(engine_worker: 
         return bool(beats) and beats[0].running == 0 and beats[0].active_runs == 0
 
     wait_for(idle, timeout=10, what="the engine slot to be freed")
-    follower = _queued_run(content="Say hello.", max_tokens=8)
-    _send(follower)
+    follower = queued_run(content="Say hello.", max_tokens=8)
+    send_run(follower)
     assert wait_terminal(follower, timeout=120).status == RunStatus.DONE
 
 
@@ -316,7 +259,7 @@ def test_killed_workers_run_does_not_stay_streaming(
     engine_worker: str, requeue: bool, settings: Any, clean_redis: Any
 ) -> None:
     settings.WORKERS = dataclasses.replace(settings.WORKERS, orphan_grace_s=0.0, requeue_orphans=requeue)
-    run = _queued_run(content="What is the capital of France?", max_tokens=48)
+    run = queued_run(content="What is the capital of France?", max_tokens=48)
     env = child_env(
         ENGINE_BACKEND="simulated",
         SIM_STEP_BASE_S="0.05",
@@ -342,7 +285,7 @@ def test_killed_workers_run_does_not_stay_streaming(
         assert stream_of(run)[-1].event == StreamEvent.ERROR
         return
     assert run.status == RunStatus.QUEUED and run.attempts == 1
-    _send(run)  # what the dispatcher does with a requeued run
+    send_run(run)  # what the dispatcher does with a requeued run
     run = wait_terminal(run, timeout=120)
     assert run.status == RunStatus.DONE and run.attempts == 2 and run.worker == engine_worker
     entries = stream_of(run)
@@ -353,149 +296,3 @@ def test_killed_workers_run_does_not_stay_streaming(
     assert run.assistant_message is not None
     assert run.assistant_message.content == text_after_last_reset(entries)
     assert Message.objects.filter(chat=run.chat, role=MessageRole.ASSISTANT).count() == 1
-
-
-# Every SamplingSpec field reaches vLLM and comes back (stop, seed, logprobs, ignore_eos, structured outputs, raw).
-
-
-def test_sampling_params_and_logprobs_in_openais_shape() -> None:
-    """No engine needed: the SamplingParams a spec becomes, and vLLM's per-token Logprob dicts converted."""
-    from vllm.logprobs import Logprob
-
-    from inference_workers.engine.base import GenerationRequest
-    from inference_workers.engine.vllm_engine import openai_logprobs, sampling_params
-
-    spec = SamplingSpec(
-        temperature=0.5,
-        top_k=5,
-        seed=3,
-        stop=("x",),
-        stop_token_ids=(7,),
-        ignore_eos=True,
-        min_tokens=2,
-        logprobs=2,
-        logit_bias={5: 150.0},
-        structured_outputs={"json_object": True, "regex": None},
-        constraint={"name": "c", "args": {"k": 1}},
-    )
-    params = sampling_params(GenerationRequest(request_id="r", prompt="p", max_tokens=9, sampling=spec))
-    assert (params.temperature, params.top_k, params.seed, params.max_tokens) == (0.5, 5, 3, 9)
-    assert (params.stop, params.stop_token_ids, params.ignore_eos, params.min_tokens) == (["x"], [7], True, 2)
-    assert params.logprobs == 2 and params.logit_bias == {5: 100.0}  # clamped as vLLM's server clamps it
-    assert params.structured_outputs is not None and params.structured_outputs.json_object is True
-    assert params.extra_args == {"constraint": {"name": "c", "args": {"k": 1}}}
-
-    class Completion:
-        token_ids = [10, 11]
-        # As vLLM fills them: the sampled token first, then the top k (the sampled one again if among them).
-        logprobs = [
-            {10: Logprob(-2.0, 4, " a"), 1: Logprob(-0.1, 1, " b"), 2: Logprob(-0.5, 2, " c")},
-            {11: Logprob(-0.2, 1, "é"), 4: Logprob(float("-inf"), 2, " e")},
-        ]
-
-    first, second = openai_logprobs(Completion(), 2)
-    assert first == {
-        "token": " a",
-        "logprob": -2.0,
-        "bytes": [32, 97],
-        "top_logprobs": [
-            {"token": " b", "logprob": -0.1, "bytes": [32, 98]},
-            {"token": " c", "logprob": -0.5, "bytes": [32, 99]},
-        ],
-    }
-    assert second["bytes"] == list("é".encode()) and [t["token"] for t in second["top_logprobs"]] == ["é", " e"]
-    assert second["top_logprobs"][1]["logprob"] == -9999.0  # -inf is not JSON
-
-
-def _sampled_run(
-    content: str, *, max_tokens: int, spec: SamplingSpec, prompt_mode: PromptMode = PromptMode.CHAT
-) -> Run:
-    run = _queued_run(content=content, max_tokens=max_tokens, temperature=spec.temperature)
-    run.sampling, run.top_p, run.prompt_mode = spec.to_json(), spec.top_p, prompt_mode
-    run.save(update_fields=["sampling", "top_p", "prompt_mode"])
-    return run
-
-
-PERSON_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "name": {"type": "string", "maxLength": 20},
-        "age": {"type": "integer", "minimum": 0, "maximum": 150},
-    },
-    "required": ["name", "age"],
-    "additionalProperties": False,
-}
-
-
-def test_seed_logprobs_ignore_eos_structured_output_and_raw_prompt_reach_vllm(engine_worker: str) -> None:
-    hot = SamplingSpec(temperature=1.0)
-    greedy = SamplingSpec(temperature=0.0)
-    story = "Write one sentence about a cat."
-    runs = {
-        "seed_a": _sampled_run(story, max_tokens=16, spec=hot.with_seed(1234)),
-        "seed_b": _sampled_run(story, max_tokens=16, spec=hot.with_seed(1234)),
-        "seed_c": _sampled_run(story, max_tokens=16, spec=hot.with_seed(99)),
-        "logprobs": _sampled_run("Say hello.", max_tokens=8, spec=dataclasses.replace(greedy, logprobs=2)),
-        "ignore_eos": _sampled_run("Say hi.", max_tokens=64, spec=dataclasses.replace(greedy, ignore_eos=True)),
-        "json": _sampled_run(
-            "Give the name and age of a person as JSON.",
-            max_tokens=96,
-            spec=dataclasses.replace(greedy, structured_outputs={"json": PERSON_SCHEMA}),
-        ),
-        "raw": _sampled_run("The capital of France is", max_tokens=8, spec=greedy, prompt_mode=PromptMode.RAW),
-    }
-    for run in runs.values():
-        _send(run)
-    done = {name: wait_terminal(run, timeout=240) for name, run in runs.items()}
-    assert all(r.status == RunStatus.DONE for r in done.values()), {n: r.error for n, r in done.items()}
-    text = {name: r.assistant_message.content if r.assistant_message else "" for name, r in done.items()}
-
-    assert text["seed_a"] == text["seed_b"] != text["seed_c"]
-
-    deltas = [e.data for e in stream_of(done["logprobs"]) if e.event == StreamEvent.DELTA]
-    assert deltas and all(len(d["logprobs"]) == d["tokens"] for d in deltas)
-    assert sum(d["tokens"] for d in deltas) == done["logprobs"].output_tokens  # the end-of-sequence token too
-    entries = [entry for d in deltas for entry in d["logprobs"]]
-    assert all(len(e["top_logprobs"]) == 2 and e["logprob"] <= 0 for e in entries)
-    assert all(e["top_logprobs"][0]["logprob"] >= e["top_logprobs"][1]["logprob"] for e in entries)
-    # Greedy decoding: the sampled token is the most likely one.
-    assert all(e["token"] == e["top_logprobs"][0]["token"] for e in entries)
-    assert "".join(e["token"] for e in entries).startswith(text["logprobs"])
-
-    assert done["ignore_eos"].output_tokens == 64 and done["ignore_eos"].finish_reason == FinishReason.LENGTH
-
-    person = json.loads(text["json"])
-    try:
-        import jsonschema
-    except ImportError:  # pragma: no cover - jsonschema is installed here; check by hand elsewhere
-        assert set(person) == {"name", "age"} and isinstance(person["name"], str) and isinstance(person["age"], int)
-    else:
-        jsonschema.validate(person, PERSON_SCHEMA)
-
-    # Raw: the text itself is the prompt, no chat template (whose system prompt alone is ~20 tokens).
-    assert done["raw"].input_tokens <= 8 and done["raw"].output_tokens > 0
-    assert "Paris" in text["raw"]
-
-
-def test_a_stop_string_ends_the_text_before_it(engine_worker: str) -> None:
-    greedy = SamplingSpec(temperature=0.0)
-    content = "List five fruits, one per line."
-    base = wait_terminal(_send_and_return(_sampled_run(content, max_tokens=24, spec=greedy)), timeout=120)
-    assert base.status == RunStatus.DONE and base.assistant_message is not None
-    full = base.assistant_message.content
-    words = full.split()
-    assert len(words) >= 4, full
-    stop = words[len(words) // 2]
-    stopped = wait_terminal(
-        _send_and_return(_sampled_run(content, max_tokens=24, spec=dataclasses.replace(greedy, stop=(stop,)))),
-        timeout=120,
-    )
-    assert stopped.status == RunStatus.DONE and stopped.finish_reason == FinishReason.STOP
-    assert stopped.assistant_message is not None
-    assert stopped.assistant_message.content == full[: full.index(stop)]
-    assert stop not in text_after_last_reset(stream_of(stopped))
-
-
-def _send_and_return(run: Run) -> Run:
-    _send(run)
-    return run

@@ -1,0 +1,203 @@
+"""Writing an attempt's text to its run's stream: :class:`DeltaCoalescer` batches the engine's deltas into
+``delta`` events (see ``runs.streaming.contract``) and rides out a short Redis outage; :class:`StreamLost` is what
+it raises past one. Used by the generation attempt (:mod:`inference_workers.services`)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from runs.streaming.contract import RunStreamWriter, StreamedAnswer, StreamEvent
+
+logger = logging.getLogger(__name__)
+
+STREAM_ERRORS = (redis.ConnectionError, redis.TimeoutError)
+"""Redis not answering (a restart, a network blip): the coalescer keeps its text and tries again."""
+
+IDLE_WAIT_S = 0.5
+"""The generation loop's wait for a delta when nothing is buffered; it also bounds how late a repeated abort
+of a cancelled run goes to the engine (the cancel listener's abort normally lands within one step)."""
+
+
+class StreamLost(RuntimeError):
+    """The run's stream cannot be written: Redis stayed unreachable past the coalescer's outage limit, or the
+    attempt lost the run's lease meanwhile. The attempt stops; the reaper requeues the run."""
+
+
+@dataclass
+class _Part:
+    """One engine delta not yet in the stream."""
+
+    text: str
+    tokens: int
+    logprobs: list[dict[str, Any]] = field(default_factory=list)
+
+
+class DeltaCoalescer:
+    """Buffers deltas: the first text goes out at once, then every ``interval_s`` or ``max_tokens`` tokens.
+
+    With ``logprobs`` (the run asked for them) each part keeps its tokens' logprob entries and every delta event
+    carries those of its tokens, ``"logprobs": [...]``; a flush of tokens without text (the end-of-sequence
+    token) is then written too, so every token's entry reaches the stream. Without, such a flush writes nothing.
+
+    It rides out a short Redis outage (a restart): an append that fails keeps its text buffered and the next
+    flush, ``retry_s`` later, tries again, so generation goes on and nothing is lost or sent twice. Before the
+    first write after an outage it checks that this attempt still holds the run (``owns``: its lease may have
+    expired meanwhile and the run been requeued), whether the failed append had reached Redis after all (only
+    its reply lost), and whether the stream lost entries (Redis restarted without them): then a ``reset`` and
+    the whole text so far go out, so a client's text is exact again. Past ``outage_limit_s`` without Redis,
+    or without the lease, it raises :class:`StreamLost`.
+    """
+
+    def __init__(
+        self,
+        writer: RunStreamWriter,
+        *,
+        interval_s: Callable[[], float],
+        max_tokens: int,
+        owns: Callable[[], bool] = lambda: True,
+        outage_limit_s: float = 10.0,
+        retry_s: float = 0.25,
+        logprobs: bool = False,
+    ) -> None:
+        self.writer = writer
+        self.interval_s = interval_s
+        """Called at each flush decision: the interval grows with the number of live streams."""
+        self.max_tokens = max_tokens
+        self.owns = owns
+        self.outage_limit_s = outage_limit_s
+        self.retry_s = retry_s
+        self.logprobs = logprobs
+        self.parts: list[_Part] = []
+        """Deltas not yet in the stream."""
+        self.text_parts: list[str] = []
+        self.logprob_entries: list[dict[str, Any]] = []
+        """Every logprob entry so far (with ``logprobs``): a resend after lost entries sends them all again."""
+        self.tokens = 0
+        self.prompt_tokens: int | None = None
+        """The prompt's length as the engine counted it, once known: the first delta written carries it (an
+        OpenAI stream's running usage, ``stream_options.continuous_usage_stats``)."""
+        self.last_flush = 0.0
+        self.flushes = 0
+        self._down_since: float | None = None
+        self._next_try = 0.0
+        self._unsure: tuple[int, int] | None = None
+        """(id, parts) of a failed append that Redis may have applied anyway."""
+
+    @property
+    def text(self) -> str:
+        return "".join(self.text_parts)
+
+    def seed(self, answer: StreamedAnswer) -> None:
+        """Starts from an answer already in the stream (an earlier attempt's, which this one continues): it counts
+        in :attr:`text`, :attr:`tokens` and the logprob entries, and a resend after lost entries sends it too,
+        but it is not written again. The first new text still goes out at once, without ``prompt_tokens``."""
+        self.text_parts = [answer.text]
+        self.tokens = answer.tokens
+        self.logprob_entries = list(answer.logprobs) if self.logprobs else []
+
+    @property
+    def buffered_tokens(self) -> int:
+        return sum(part.tokens for part in self.parts)
+
+    def add(self, text: str, tokens: int, logprobs: list[dict[str, Any]] | None = None) -> None:
+        if not text and not tokens:
+            return
+        entries = list(logprobs or []) if self.logprobs else []
+        self.parts.append(_Part(text, tokens, entries))
+        self.text_parts.append(text)
+        self.logprob_entries.extend(entries)
+        self.tokens += tokens
+        if self.flushes == 0 or self.buffered_tokens >= self.max_tokens:
+            self.flush()
+        else:
+            self.flush_if_due()
+
+    def wait_s(self) -> float:
+        """How long the generation loop may wait for the next delta: until a buffered flush is due, else
+        ``IDLE_WAIT_S`` (a thread per run waking every flush interval for nothing was most of a worker's CPU
+        between tokens)."""
+        if not self.parts:
+            return IDLE_WAIT_S
+        due = self.last_flush + self.interval_s()
+        if self._down_since is not None:  # Redis is out: the next try, not a spin until it is back
+            due = max(due, self._next_try)
+        return max(0.001, due - time.monotonic())
+
+    def flush_if_due(self) -> None:
+        if self.parts and time.monotonic() - self.last_flush >= self.interval_s():
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.parts:
+            return
+        now = time.monotonic()
+        if self._down_since is not None and now < self._next_try:
+            return
+        try:
+            if self._down_since is not None:
+                self._resume()
+            self._append_buffered()
+        except STREAM_ERRORS as exc:
+            if self._down_since is None:
+                self._down_since = now
+                logger.warning("run %s: its stream is unreachable (%s); buffering the text", self.writer.run_id, exc)
+            if now - self._down_since > self.outage_limit_s:
+                raise StreamLost(f"Redis unreachable for {now - self._down_since:.1f} s") from exc
+            self._next_try = now + self.retry_s
+            return
+        if self._down_since is not None:
+            logger.info("run %s: stream reachable again after %.1f s", self.writer.run_id, now - self._down_since)
+            self._down_since = None
+
+    def drain(self) -> None:
+        """Flushes what is buffered, waiting out a Redis outage (up to the limit, then :class:`StreamLost`)."""
+        self.flush()
+        while self.parts:
+            time.sleep(self.retry_s)
+            self.flush()
+
+    def _append_buffered(self) -> None:
+        count = len(self.parts)
+        text = "".join(part.text for part in self.parts)
+        data: dict[str, Any] = {"text": text, "tokens": self.buffered_tokens}
+        if self.flushes == 0 and self.prompt_tokens is not None:
+            data["prompt_tokens"] = self.prompt_tokens
+        if self.logprobs:
+            data["logprobs"] = [entry for part in self.parts for entry in part.logprobs]
+        if text or data.get("logprobs"):
+            try:
+                self.writer.append(StreamEvent.DELTA, data)
+            except STREAM_ERRORS:
+                self._unsure = (self.writer.seq + 1, count)
+                raise
+            self.flushes += 1
+        del self.parts[:count]
+        self.last_flush = time.monotonic()
+
+    def _resume(self) -> None:
+        """The first write after Redis errors: is the run still ours, and what does its stream hold?"""
+        if not self.owns():
+            raise StreamLost("the attempt lost the run's lease while Redis was unreachable")
+        last = self.writer.last_in_stream()
+        if self._unsure is not None:
+            seq, count = self._unsure
+            self._unsure = None
+            if last >= seq:  # it had been written; only its reply was lost
+                self.writer.written_up_to(seq)
+                self.flushes += 1
+                del self.parts[:count]
+        if last < self.writer.seq:  # Redis came back without entries it had acknowledged
+            logger.warning(
+                "run %s: its stream lost entries %s-%s; resending the text",
+                self.writer.run_id,
+                last + 1,
+                self.writer.seq,
+            )
+            self.writer.append(StreamEvent.RESET, {})
+            self.parts = [_Part(self.text, self.tokens, list(self.logprob_entries))]
