@@ -23,6 +23,7 @@ from django.conf import settings
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.lib.processes import celery_worker_argv, child_env, free_port, wait_worker_heartbeat
 from chats.models import Message, MessageRole
 from generation.sampling import SamplingSpec
 from generation.worker_contract import worker_heartbeats
@@ -34,7 +35,6 @@ from runs.streaming.contract import StreamEvent
 from tests.factories import ChatFactory, MessageFactory, RunFactory, UserFactory
 from tests.inference_workers.conftest import stream_of, text_after_last_reset, wait_for, wait_terminal
 from tests.monitoring.dashboard import dashboard_metric_names, exposed_sample_names
-from tests.processes import celery_worker_argv, child_env, free_port, wait_worker_heartbeat
 
 pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True)]
 

@@ -8,7 +8,7 @@ import time
 import urllib.error
 import urllib.request
 
-from tests.processes import ROOT, child_env, free_port, stop_process_group
+from bench.lib.processes import ROOT, child_env, free_port, stop_process_group
 
 
 def _status(url: str, auth: str | None = None) -> int:

@@ -27,12 +27,12 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
 from accounts.models import User
+from bench.lib.processes import celery_worker_argv, child_env, free_port, wait_http
 from chats.models import Message, MessageRole
 from generation.worker_contract import cancel_key
 from runs.models import FinishReason, Run, RunStatus
 from runs.streaming.contract import RunStreamWriter, StreamEvent, run_terminal_event, stream_key
 from tests.factories import RunFactory, UserFactory
-from tests.processes import celery_worker_argv, child_env, free_port, wait_http
 
 ROOT = Path(__file__).resolve().parents[2]
 LOGS = ROOT / "artifacts" / "test-stream-logs"
