@@ -18,7 +18,7 @@ asks the engine for ``--ttft-tokens`` tokens only, so a turn's latency is its ti
   Per turn: prompt tokens, tokens served from the prefix cache (vLLM's ``prefix_cache_hits`` counter), TTFT.
 
 Part 2 (``affinity``), the real serving path with two GPU workers: two ``celery -A chatproject worker -P
-threads`` processes (the production command, ``tests.processes.celery_worker_argv``), each building its own
+threads`` processes (the production command, ``bench.lib.processes.celery_worker_argv``), each building its own
 vLLM engine (``ENGINE_KV_CACHE_GIB``, ``ENGINE_MAX_NUM_SEQS=--slots``, one core each through
 ``VLLM_CPU_OMP_THREADS_BIND``, ``--omp-bind``), and ``python manage.py run_dispatcher``. ``--chats`` chats (one
 free-tier user each) take ``--affinity-turns`` turns: every round posts each chat's next message through
@@ -197,7 +197,7 @@ def start_engine(port: int, *, kv_gib: int) -> Engine:
 
 
 def wait_ready(engines: list[Engine], timeout_s: float = 600) -> None:
-    from tests.processes import wait_http
+    from bench.lib.processes import wait_http
 
     for engine in engines:
         what = f"vLLM server {engine.url} (logs: artifacts/context_bench_vllm_*.log)"
@@ -402,13 +402,8 @@ def rate(hits: int, queries: int) -> str:
     return f"{hits / queries:.1%}" if queries else "n/a"
 
 
-def spawn(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    with log.open("wb") as out:
-        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-
-
 def stack_env(**extra: str) -> dict[str, str]:
-    from tests.processes import child_env
+    from bench.lib.processes import child_env
 
     return child_env(
         DJANGO_SETTINGS_MODULE="chatproject.settings.base",
@@ -420,7 +415,8 @@ def stack_env(**extra: str) -> dict[str, str]:
 
 
 def start_workers(args: argparse.Namespace, logs: Path) -> list[subprocess.Popen[bytes]]:
-    from tests.processes import celery_worker_argv, free_port, wait_worker_heartbeat
+    from bench.lib.processes import celery_worker_argv, free_port, wait_worker_heartbeat
+    from bench.lib.stack import spawn
 
     binds = args.omp_bind.split("|") if args.omp_bind else ["", ""]
     procs = []
@@ -447,6 +443,8 @@ def start_workers(args: argparse.Namespace, logs: Path) -> list[subprocess.Popen
 
 
 def start_dispatcher(*, affinity: bool, logs: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    from bench.lib.stack import spawn
+
     log = logs / f"context_bench_dispatcher_affinity_{str(affinity).lower()}.log"
     env = stack_env(CHAT_AFFINITY=str(affinity).lower())
     return spawn([sys.executable, "manage.py", "run_dispatcher"], env, log), log
@@ -505,7 +503,7 @@ def short(worker: str) -> str:
 
 
 def affinity_pass(args: argparse.Namespace, *, affinity: bool, logs: Path) -> dict[str, Any]:
-    from tests.processes import stop_process_group
+    from bench.lib.processes import stop_process_group
 
     tag = "on" if affinity else "off"
     dispatcher, log = start_dispatcher(affinity=affinity, logs=logs)
@@ -559,8 +557,8 @@ def affinity_pass(args: argparse.Namespace, *, affinity: bool, logs: Path) -> di
 
 
 def part_affinity(args: argparse.Namespace) -> None:
-    from bench.e2e_vs_vllm_bench import ensure_database, flush_redis
-    from tests.processes import stop_process_group
+    from bench.lib.processes import stop_process_group
+    from bench.lib.stack import ensure_database, flush_redis
 
     ensure_database(args.database_url)
     flush_redis(args.redis_url)

@@ -15,10 +15,10 @@ constraint logits processor our worker loads, ``max_logprobs`` 20, the guidance 
 - ours: one uvicorn web process, the dispatcher and one Celery worker (threads pool, 32 slots) building that engine
   from ``ENGINE_*``, as ``make run`` starts them; one user whose limits (``UserLimitOverride``) nothing here reaches.
 
-Each ``/v1`` level is one run of ``vllm.benchmarks.serve`` (:mod:`bench.serve_client`): backend ``openai-chat``,
+Each ``/v1`` level is one run of ``vllm.benchmarks.serve`` (:mod:`bench.lib.serve_client`): backend ``openai-chat``,
 random prompts of ``--input-len`` tokens, ``--output-len`` tokens with ``--ignore-eos`` (equal work: every answer
 runs to the limit on both sides), temperature 0, ``--max-concurrency`` 1/8/32 with 12/32/128 prompts. The
-``native`` path (``POST /api/chats/{id}/messages`` then the SSE ``stream_url``, :mod:`bench.native_client`) runs
+``native`` path (``POST /api/chats/{id}/messages`` then the SSE ``stream_url``, :mod:`bench.lib.native_client`) runs
 at the same levels; it has no ``ignore_eos``, so its answers may be shorter (its token count is shown).
 
 Rounds are interleaved: both servers stay up, and per round and level the two sides run one after the other with
@@ -29,7 +29,7 @@ the bench measures every process's CPU over ``--idle-s`` seconds before the roun
 2-core VM: both engine cores 0%, vLLM's API server and our web 0.2% of a core, our dispatcher's polling 2.4%),
 and that idle cost falls on both sides' figures alike. Both engines' KV caches are allocated at once (2 x 2 GiB here).
 
-CPU per process (:mod:`bench.proc_cpu`, ``/proc/<pid>/stat`` utime + stime) is taken around the measured requests
+CPU per process (:mod:`bench.lib.proc_cpu`, ``/proc/<pid>/stat`` utime + stime) is taken around the measured requests
 of the ``--cpu-level`` (32) runs: our web, the worker's own process (its threads, without its EngineCore child,
 which is counted apart), the dispatcher, ``redis-server`` and the whole Postgres cluster (the reaped backends
 included), against vLLM's API server process and its EngineCore. Redis and Postgres are shared with whatever else
@@ -40,7 +40,7 @@ figures are no measure of work: vLLM's CPU backend spin-waits in OpenMP, more so
 ``--profile`` adds one profiled ``/v1`` and one native pass at the CPU level after the rounds (so the sampling
 does not disturb the measured ones): ``py-spy record`` for ``--profile-s`` seconds on the web, the worker (its
 main process only) and the dispatcher; speedscope and folded-stack files under ``artifacts/``, and the top
-functions by own and total time (:mod:`bench.pyspy_profile`).
+functions by own and total time (:mod:`bench.lib.pyspy_profile`).
 
 The figures are medians over the rounds. ``--database-url`` is created and migrated if needed; ``--redis-url``
 and ``--broker-url`` are flushed (never db 0). It prints figures; it asserts nothing.
@@ -61,17 +61,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import native_client, proc_cpu, pyspy_profile  # noqa: E402
-from bench.serve_client import LevelResult, ServeTarget, run_level  # noqa: E402
+from bench.lib import native_client, proc_cpu, pyspy_profile  # noqa: E402
+from bench.lib.serve_client import LevelResult, ServeTarget, run_level  # noqa: E402
+from bench.lib.stack import (  # noqa: E402
+    MAX_MODEL_LEN,
+    PY,
+    SLOTS,
+    engine_env,
+    ensure_database,
+    flush_redis,
+    high_limits_user,
+    spawn,
+)
 
-PY = str(ROOT / ".venv" / "bin" / "python")
-MAX_MODEL_LEN = 2048
-SLOTS = 32
 SIDES = ("vllm", "ours")
 PATHS = {
     "vllm": "vLLM's server, /v1/chat/completions",
@@ -90,46 +96,6 @@ class Stack:
 
 
 # -- set-up ------------------------------------------------------------------------------------------------------
-
-
-def ensure_database(url: str) -> None:
-    """Creates the database in ``url`` if it does not exist (the role may create databases), migrates it and
-    makes its default deployment ready (``prepare_model``)."""
-    import psycopg
-
-    parts = urlsplit(url)
-    name = parts.path.lstrip("/")
-    admin_url = urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:
-            conn.execute(f'CREATE DATABASE "{name}"')
-    env = {**os.environ, "DATABASE_URL": url}
-    subprocess.run([PY, "manage.py", "migrate", "--verbosity", "0"], cwd=ROOT, env=env, check=True)
-    # What every worker start runs first (scripts/worker.sh): the default deployment verified and ready.
-    subprocess.run([PY, "manage.py", "prepare_model"], cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
-
-
-def flush_redis(url: str) -> None:
-    import redis
-
-    if urlsplit(url).path.strip("/") in ("", "0"):
-        raise SystemExit(f"refusing to flush {url}: give the benchmark its own Redis databases (not db 0)")
-    redis.Redis.from_url(url).flushdb()
-
-
-def engine_env(kv_gib: int) -> dict[str, str]:
-    """The ``ENGINE_*`` variables that make our worker build the engine the vLLM server is given."""
-    return {
-        "ENGINE_BACKEND": "vllm",
-        "ENGINE_MODEL": "",
-        "ENGINE_MAX_NUM_SEQS": str(SLOTS),
-        "ENGINE_MAX_MODEL_LEN": str(MAX_MODEL_LEN),
-        "ENGINE_KV_CACHE_GIB": str(kv_gib),
-        "ENGINE_DTYPE": "float32",
-        "ENGINE_ENFORCE_EAGER": "true",
-        "ENGINE_PREFIX_CACHING": "true",
-        "ENGINE_STRUCTURED_OUTPUTS_BACKEND": "guidance",
-    }
 
 
 def vllm_server_argv(model_path: str, model: str, port: int) -> list[str]:
@@ -155,23 +121,6 @@ def vllm_server_argv(model_path: str, model: str, port: int) -> list[str]:
     return argv
 
 
-def high_limits_user() -> str:
-    """A pro user with an API token whose limits no level reaches; returns the token."""
-    from rest_framework.authtoken.models import Token
-
-    from accounts.models import Tier, User, UserLimitOverride
-
-    user = User.objects.create(username=f"e2e-bench-{uuid.uuid4().hex[:10]}", tier=Tier.objects.get(name="pro"))
-    UserLimitOverride.objects.create(
-        user=user,
-        max_concurrent_runs=1000,
-        bucket_capacity_tokens=1_000_000_000,
-        bucket_refill_per_s=1_000_000,
-        note="e2e bench",
-    )
-    return str(Token.objects.create(user=user).key)
-
-
 def fresh_chats(token: str, count: int) -> list[int]:
     from rest_framework.authtoken.models import Token
 
@@ -179,11 +128,6 @@ def fresh_chats(token: str, count: int) -> list[int]:
 
     owner = Token.objects.get(key=token).user
     return [c.pk for c in Chat.objects.bulk_create([Chat(owner=owner, title="bench") for _ in range(count)])]
-
-
-def spawn(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    with log.open("wb") as out:
-        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def engine_meters(parent: int) -> tuple[int, dict[str, Callable[[], float]]]:
@@ -201,7 +145,7 @@ def engine_meters(parent: int) -> tuple[int, dict[str, Callable[[], float]]]:
 
 def start_stack(args: argparse.Namespace, model_path: str, model: str, logs: Path) -> tuple[Stack, str, str]:
     """Starts vLLM's server and our stack together; returns them and the two base URLs once both serve."""
-    from tests.processes import celery_worker_argv, child_env, free_port, wait_http, wait_worker_heartbeat
+    from bench.lib.processes import celery_worker_argv, child_env, free_port, wait_http, wait_worker_heartbeat
 
     stack = Stack()
     vllm_port, web_port = free_port(), free_port()
@@ -264,7 +208,7 @@ def start_stack(args: argparse.Namespace, model_path: str, model: str, logs: Pat
 
 
 def stop_stack(stack: Stack) -> None:
-    from tests.processes import stop_process_group
+    from bench.lib.processes import stop_process_group
 
     for proc in reversed(stack.procs):
         stop_process_group(proc, grace_s=30)

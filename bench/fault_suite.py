@@ -69,7 +69,7 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.processes import celery_worker_argv, free_port  # noqa: E402
+from bench.lib.processes import celery_worker_argv, free_port  # noqa: E402
 
 PG_BIN = Path(os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin"))
 PYTHON = str(ROOT / ".venv" / "bin" / "python")

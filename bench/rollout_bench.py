@@ -72,7 +72,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.e2e_vs_vllm_bench import engine_env, ensure_database, flush_redis, high_limits_user, spawn  # noqa: E402
+from bench.lib.stack import engine_env, ensure_database, flush_redis, high_limits_user, spawn  # noqa: E402
 
 PY = str(ROOT / ".venv" / "bin" / "python")
 UVICORN = str(ROOT / ".venv" / "bin" / "uvicorn")
@@ -133,7 +133,7 @@ class Stack:
         return proc
 
     def start_web(self) -> None:
-        from tests.processes import free_port, wait_http
+        from bench.lib.processes import free_port, wait_http
 
         port = free_port()
         argv = [UVICORN, "chatproject.asgi:application", "--host", "127.0.0.1", "--port", str(port)]
@@ -145,7 +145,7 @@ class Stack:
 
     def start_worker(self, deployment: str, **extra_env: str) -> str:
         """A worker of ``deployment`` under a fresh name (a killed worker's heartbeat outlives it by the TTL)."""
-        from tests.processes import celery_worker_argv
+        from bench.lib.processes import celery_worker_argv
 
         self._starts += 1
         version = deployment.partition("@")[2]
@@ -538,7 +538,7 @@ def reset_deployments(name: str, *, version: str, engine_args: dict[str, Any]) -
 
 
 def stack_env(args: argparse.Namespace) -> dict[str, str]:
-    from tests.processes import child_env
+    from bench.lib.processes import child_env
 
     engine = engine_env(args.kv_cache_gib) | {"ENGINE_MAX_NUM_SEQS": str(SLOTS)}
     return child_env(

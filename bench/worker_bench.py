@@ -192,7 +192,7 @@ def worker_wave(concurrency: int, max_tokens: int) -> Wave:
 
 
 def start_worker(slots: int, log_path: Path) -> subprocess.Popen[bytes]:
-    from tests.processes import celery_worker_argv, wait_worker_heartbeat
+    from bench.lib.processes import celery_worker_argv, wait_worker_heartbeat
 
     name = f"bench-{uuid.uuid4().hex[:6]}@bench"
     cmd = celery_worker_argv(name=name, concurrency=slots, events=True)

@@ -24,7 +24,7 @@ import pytest
 from django.conf import settings
 from django.core.management import get_commands
 
-from tests.processes import celery_worker_argv, stop_process_group, test_database_url, wait_http
+from bench.lib.processes import celery_worker_argv, stop_process_group, test_database_url, wait_http
 
 ROOT = Path(__file__).resolve().parents[1]
 LOGS = ROOT / "artifacts" / "stack-logs"

@@ -21,12 +21,12 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from accounts.models import User
+from bench.lib.processes import ROOT, child_env, free_port, stop_process_group
 from chats.models import Message
 from deployments.models import ModelDeployment
 from deployments.selection import forget_cached
 from runs.models import Run, RunStatus
 from tests.factories import ChatFactory, UserFactory
-from tests.processes import ROOT, child_env, free_port, stop_process_group
 
 LOGS = ROOT / "artifacts" / "stack-logs"
 

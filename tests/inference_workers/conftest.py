@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
+from bench.lib.processes import celery_worker_argv, child_env, wait_worker_heartbeat
 from core.config import EngineConfig
 from inference_workers.engine.simulated import SimulatedEngine
 from inference_workers.runtime import WorkerRuntime
@@ -27,7 +28,6 @@ from tests.inference_workers.vllm_worker import (
     WORKER_NAME,
     stop_process,
 )
-from tests.processes import celery_worker_argv, child_env, wait_worker_heartbeat
 
 
 def fast_sim_config(**overrides: object) -> EngineConfig:

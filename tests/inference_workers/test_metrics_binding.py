@@ -9,9 +9,9 @@ import prometheus_client
 import pytest
 from django.conf import settings
 
+from bench.lib.processes import free_port
 from core.config import worker_config_from_env
 from inference_workers.signals import serve_engine_metrics
-from tests.processes import free_port
 
 
 def test_the_default_address_is_loopback(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,6 +23,7 @@ import redis
 from django.conf import settings
 
 from accounts.models import UsageDay
+from bench.lib.processes import celery_worker_argv, child_env, stop_process_group
 from chats.models import Message, MessageRole
 from core.redis_client import get_redis
 from generation.worker_contract import GENERATE_TASK, run_lease_holder
@@ -33,7 +34,6 @@ from runs.routing import send_to_worker
 from runs.streaming.contract import StreamEvent
 from tests.factories import ChatFactory, MessageFactory, RunFactory, UserFactory
 from tests.inference_workers.conftest import running_sim_runtime, stream_of, wait_for, wait_terminal
-from tests.processes import celery_worker_argv, child_env, stop_process_group
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

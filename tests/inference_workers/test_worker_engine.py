@@ -21,6 +21,7 @@ from django.conf import settings
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.lib.processes import child_env
 from chats.models import Message, MessageRole
 from generation.worker_contract import worker_heartbeats
 from runs.models import FinishReason, Recovery, Run, RunStatus
@@ -39,7 +40,6 @@ from tests.inference_workers.vllm_worker import (
     send_run,
 )
 from tests.monitoring.dashboard import dashboard_metric_names, exposed_sample_names
-from tests.processes import child_env
 
 pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True)]
 

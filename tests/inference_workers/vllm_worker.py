@@ -9,11 +9,11 @@ import signal
 import subprocess
 from pathlib import Path
 
+from bench.lib.processes import free_port
 from chats.models import MessageRole
 from runs.models import Run
 from runs.routing import send_to_worker
 from tests.factories import ChatFactory, MessageFactory, RunFactory, UserFactory
-from tests.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER_NAME = "enginetest@h2"

@@ -8,7 +8,9 @@ import time
 import urllib.error
 import urllib.request
 
-from tests.processes import ROOT, child_env, free_port, stop_process_group
+import pytest
+
+from bench.lib.processes import ROOT, child_env, free_port, stop_process_group
 
 
 def _status(url: str, auth: str | None = None) -> int:
@@ -29,6 +31,7 @@ def test_flower_refuses_to_start_without_credentials() -> None:
     assert b"FLOWER_BASIC_AUTH" in done.stderr
 
 
+@pytest.mark.live
 def test_flower_answers_401_without_credentials_and_200_with_them() -> None:
     port = free_port()
     env = child_env(FLOWER_BASIC_AUTH="ops:s3cret-pass", FLOWER_PORT=str(port))

@@ -8,9 +8,9 @@ import pytest
 import redis
 from django.core.management import CommandError, call_command
 
+from bench.lib.processes import free_port
 from generation.worker_contract import WorkerHeartbeat, write_heartbeat
 from runs.dispatcher_figures import STATE_KEY
-from tests.processes import free_port
 
 
 def test_worker_is_healthy_only_while_it_heartbeats(clean_redis: redis.Redis) -> None:

@@ -23,7 +23,7 @@ from pydantic import BaseModel
 from rest_framework.authtoken.models import Token
 
 from accounts.models import User, UserLimitOverride
-from bench.serve_client import ServeTarget, client_argv
+from bench.lib.serve_client import ServeTarget, client_argv
 from chats.models import Chat
 from runs.models import Run, RunStatus
 from tests.factories import UserFactory

@@ -12,8 +12,8 @@ import pytest
 from rest_framework.authtoken.models import Token
 
 from accounts.models import User
+from bench.lib.processes import web_process
 from tests.factories import UserFactory
-from tests.processes import web_process
 
 LOGS = Path(__file__).resolve().parents[2] / "artifacts" / "test-project-logs"
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from bench import proc_cpu, pyspy_profile
 from bench.e2e_vs_vllm_bench import parse_args
-from bench.serve_client import parse_result
-from tests.processes import ROOT
+from bench.lib import proc_cpu, pyspy_profile
+from bench.lib.processes import ROOT
+from bench.lib.serve_client import parse_result
 
 
 def test_help_parses_without_importing_vllm() -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import ROOT
+from bench.lib.processes import ROOT
 
 SUITE = ROOT / "bench" / "fault_suite.py"
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.lib.processes import ROOT, child_env, free_port
 from generation.worker_contract import worker_heartbeats
-from tests.processes import ROOT, child_env, free_port
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
 

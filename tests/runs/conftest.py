@@ -11,8 +11,8 @@ import pytest
 from rest_framework.authtoken.models import Token
 
 from accounts.models import User
+from bench.lib.processes import child_env, free_port, wait_http
 from tests.factories import UserFactory
-from tests.processes import child_env, free_port, wait_http
 from tests.runs.stream_helpers import LOGS, ROOT
 
 

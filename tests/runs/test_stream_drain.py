@@ -13,10 +13,10 @@ import time
 import pytest
 from rest_framework.authtoken.models import Token
 
+from bench.lib.processes import ROOT, child_env, free_port, stop_process_group, wait_http
 from runs.models import RunStatus
 from runs.streaming.contract import RunStreamWriter, StreamEvent
 from tests.factories import RunFactory
-from tests.processes import ROOT, child_env, free_port, stop_process_group, wait_http
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -20,10 +20,10 @@ import httpx
 import pytest
 
 from accounts.models import User
+from bench.lib.processes import celery_worker_argv, child_env
 from generation.worker_contract import cancel_key
 from runs.models import Run, RunStatus
 from runs.streaming.contract import RunStreamWriter, StreamEvent, stream_key
-from tests.processes import celery_worker_argv, child_env
 from tests.runs.stream_helpers import (
     LOGS,
     ROOT,

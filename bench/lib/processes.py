@@ -1,4 +1,8 @@
-"""Helpers for tests that start real processes (uvicorn, Celery workers, the dispatcher) on the test database."""
+"""Starting, waiting for and stopping the project's own processes (uvicorn, Celery workers, the dispatcher).
+
+Tests and benches both use these: a test's child processes run on the database pytest-django created
+(:func:`child_env`), a bench overrides ``DATABASE_URL`` and the Redis URLs with its own.
+"""
 
 from __future__ import annotations
 
@@ -18,11 +22,12 @@ from urllib.parse import quote
 from django.conf import settings
 from django.db import connection
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_database_url() -> str:
-    """The URL of the database pytest-django created, so child processes see the test's committed rows."""
+    """The URL of the database Django is connected to (in a test: the one pytest-django created), so child
+    processes see the committed rows."""
     db = connection.settings_dict
     user = quote(db["USER"] or "", safe="")
     password = quote(db["PASSWORD"] or "", safe="")

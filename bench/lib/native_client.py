@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.serve_client import LevelResult
+from bench.lib.serve_client import LevelResult
 
 
 @dataclass
