@@ -19,7 +19,7 @@ class EngineFinishReason(StrEnum):
 
 @dataclass(frozen=True)
 class GenerationResult:
-    """The run's answer as the attempt that ends it hands it over (``runs.services.run_finish``), built by the
+    """The run's answer as the attempt that ends it hands it over (``runs.lifecycle.run_finish``), built by the
     worker's ``GenerationAttempt`` (``inference_workers.services``). An attempt that went on from earlier attempts'
     answer counts their part too."""
 

@@ -10,9 +10,9 @@ The terminal ``done`` or ``error`` event is written by the run lifecycle when th
 whoever ends it.
 
 Continuation: a run whose worker died or drained past its deadline (``ActiveRun.handoff_requested``: the attempt
-hands the run back, ``runs.services.run_handoff``) goes on, on another worker, from the answer its stream shows:
+hands the run back, ``runs.lifecycle.run_handoff``) goes on, on another worker, from the answer its stream shows:
 the prompt followed by that text, asked for the tokens left of ``max_tokens``, the new text appended to the
-stream after the old, with no ``reset`` and nothing sent twice. ``runs.services.run_mark_streaming`` decides it
+stream after the old, with no ``reset`` and nothing sent twice. ``runs.lifecycle.run_mark_streaming`` decides it
 (``Run.recovery``): a constrained, structured-output or tool-calling run, or one with no text to go on from,
 starts over after a ``reset`` instead.
 
@@ -42,9 +42,9 @@ from inference_workers.coalescer import DeltaCoalescer, StreamLost
 from inference_workers.engine.base import EngineDead, EngineError, GenerationDelta, GenerationRequest
 from inference_workers.prompting import build_run_prompt
 from inference_workers.runtime import ActiveRun, WorkerRuntime
+from runs.lifecycle import run_fail, run_finish, run_handoff, run_mark_first_token, run_mark_streaming
 from runs.lifecycle_log import RunStep, log_run_step, seconds_between
 from runs.models import Recovery, Run, RunStatus
-from runs.services import run_fail, run_finish, run_handoff, run_mark_first_token, run_mark_streaming
 from runs.streaming.contract import RunStreamWriter, StreamedAnswer, StreamEvent, streamed_answer
 from runs.streaming.load import current_flush_interval
 

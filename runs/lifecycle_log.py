@@ -5,7 +5,7 @@
 
 The web process logs ``admitted``, ``refused`` (no run is created) and ``queued``; the dispatcher
 ``dispatched`` and ``requeued`` (its reaper); the worker ``started``, ``first_token`` and the end, logged
-where every run ends (``runs.services._end_run``): ``finished`` (done), ``cancelled`` or ``failed``.
+where every run ends (``runs.lifecycle.run_end``): ``finished`` (done), ``cancelled`` or ``failed``.
 Each record goes to the ``runs.events`` logger with the ``extra`` fields ``event`` (the :class:`RunStep`),
 ``run_id``, ``user_id``, ``tier``, ``deployment`` (the served model's name), ``worker`` (empty until a worker holds
 the run) and the step's own fields; ``core.logs`` writes them as JSON keys (``LOG_FORMAT=json``) or as ``key=value``.
@@ -96,7 +96,7 @@ def log_run_step(
 
 
 def log_run_end(run: Run) -> None:
-    """The end of ``run`` (called on commit by ``runs.services._end_run``, whoever ended it)."""
+    """The end of ``run`` (called on commit by ``runs.lifecycle.run_end``, whoever ended it)."""
     status = RunStatus(run.status)
     step = _END_STEPS.get(status, RunStep.FAILED)
     fields: dict[str, Any] = {

@@ -10,10 +10,10 @@ from django.conf import settings
 from django.utils import timezone
 
 from generation.worker_contract import run_lease_holders
+from runs.lifecycle import run_fail, run_requeue_orphan
 from runs.lifecycle_log import RunStep, log_run_step
 from runs.models import Run, RunStatus
 from runs.queueing import get_scheduler_store, run_enqueue
-from runs.services import run_fail, run_requeue_orphan
 from scheduling.store import QueueMembership
 
 logger = logging.getLogger(__name__)
@@ -22,7 +22,7 @@ logger = logging.getLogger(__name__)
 def reap_orphaned_runs() -> list[int]:
     """Requeues (or fails, after ``max_attempts``) streaming runs whose worker no longer holds their lease; a
     requeued run moves to a version of its model that serves if its own no longer does, and its next attempt
-    continues from the text already streamed (``runs.services.run_requeue_orphan``).
+    continues from the text already streamed (``runs.lifecycle.run_requeue_orphan``).
 
     A worker refreshes the lease of every run it generates with its heartbeat, so the lease vanishes
     ``heartbeat_ttl_s`` after the worker dies. Runs younger than ``orphan_grace_s`` are left alone.

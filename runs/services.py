@@ -1,9 +1,7 @@
-"""Writes to runs: creation with its user message, cancel, and every transition of the run lifecycle.
+"""Writes to runs from the API: a run's creation with its user message, its cancel, and deleting a chat with its runs.
 
-A run ends in exactly one place, :func:`_end_run`: status and finish reason, the assistant message and the
-counts when there are any, the day's usage and the refund of its reservation (``runs.quota``), and after
-commit its terminal stream event (``done`` or ``error``, as :func:`runs.streaming.contract.run_terminal_event`
-describes it), so a client following the stream learns of the end however it came about.
+Every transition after creation (the worker claiming the run, its first token, its end, a requeue or a hand-off)
+is in :mod:`runs.lifecycle`, and a run ends in exactly one place, :func:`runs.lifecycle.run_end`.
 """
 
 from __future__ import annotations
@@ -11,37 +9,25 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-import redis
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.utils import timezone
 
 from accounts.limits import EffectiveLimits, user_limits
 from accounts.models import User
 from chats.context import message_fit_check
-from chats.models import Chat, ChatOrigin, Message, MessageRole
-from chats.summary_schedule import chat_summary_schedule_after_turn
+from chats.models import Chat, Message, MessageRole
 from core.errors import ConflictError, DomainError
-from deployments.models import DeploymentStatus
-from deployments.selection import ModelNotFound, ModelUnavailable, Served, forget_cached, resolve_model
+from deployments.selection import Served, resolve_model
 from deployments.tokenizer import using_model
-from generation.result import EngineFinishReason, GenerationResult
 from generation.sampling import SamplingError, SamplingSpec, check_sampling
-from generation.worker_contract import cancel_key, ready_worker_counts, signal_cancel
-from runs.lifecycle_log import RunStep, log_run_end, log_run_step, seconds_between
-from runs.models import ACTIVE_STATUSES, FinishReason, PromptMode, Recovery, Run, RunStatus
+from generation.worker_contract import signal_cancel
+from runs.lifecycle import run_end
+from runs.models import ACTIVE_STATUSES, PromptMode, Run, RunStatus
 from runs.prompt_insert import prompt_insert
 from runs.queueing import run_enqueue
-from runs.quota import quota_reserve, run_account_end
-from runs.streaming.contract import RunStreamWriter, StreamedAnswer, run_terminal_event
+from runs.quota import quota_reserve
 
 logger = logging.getLogger(__name__)
-
-_ENGINE_FINISH = {
-    EngineFinishReason.STOP: FinishReason.STOP,
-    EngineFinishReason.LENGTH: FinishReason.LENGTH,
-    EngineFinishReason.ABORT: FinishReason.CANCELLED,
-}
 
 
 @dataclass(frozen=True)
@@ -200,7 +186,7 @@ def run_cancel(*, run: Run) -> Run:
     with transaction.atomic():
         locked = Run.objects.select_for_update().get(pk=run.pk)
         if locked.status == RunStatus.QUEUED:
-            _end_run(locked, status=RunStatus.CANCELLED)  # leaves the scheduler queue, refunds on commit
+            run_end(locked, status=RunStatus.CANCELLED)  # leaves the scheduler queue, refunds on commit
         elif locked.status == RunStatus.STREAMING:
             locked.status = RunStatus.CANCELLING
             locked.save(update_fields=["status"])
@@ -221,286 +207,3 @@ def chat_delete(*, chat: Chat) -> None:
     for run in Run.objects.filter(chat=chat, status__in=ACTIVE_STATUSES):
         run_cancel(run=run)
     chat.delete()
-
-
-def _end_run(
-    run: Run,
-    *,
-    status: RunStatus,
-    finish_reason: FinishReason | None = None,
-    error: str = "",
-    result: GenerationResult | None = None,
-    message: Message | None = None,
-) -> Run:
-    """Ends ``run`` with ``status``: the one place a run becomes terminal.
-
-    Call inside the transaction that holds the run's row lock (``SELECT ... FOR UPDATE``). Writes the status,
-    the finish reason (``cancelled`` and ``error`` follow from the status), ``error``, the counts of
-    ``result`` and the assistant ``message``; records usage now and, on commit, refunds the reservation,
-    appends the terminal stream event and clears a pending cancel signal.
-    """
-    if not status.is_terminal:
-        raise ValueError(f"{status} is not a terminal status")
-    if finish_reason is None:
-        finish_reason = {RunStatus.CANCELLED: FinishReason.CANCELLED, RunStatus.FAILED: FinishReason.ERROR}.get(
-            status, FinishReason.STOP
-        )
-    run.status = status
-    run.finish_reason = finish_reason
-    run.finished_at = timezone.now()
-    fields = ["status", "finish_reason", "finished_at"]
-    if error:
-        run.error = error
-        fields.append("error")
-    if result is not None:
-        run.input_tokens = result.input_tokens
-        run.output_tokens = result.output_tokens
-        fields += ["input_tokens", "output_tokens"]
-    if message is not None:
-        run.assistant_message = message
-        fields.append("assistant_message")
-    run.save(update_fields=fields)
-    run_account_end(run=run)
-    transaction.on_commit(lambda: _announce_end(run))
-    transaction.on_commit(lambda: log_run_end(run), robust=True)
-    return run
-
-
-def _announce_end(run: Run) -> None:
-    """After commit: the terminal event on the run's stream (and the cancel flag gone). A Redis failure is
-    logged, not raised: the end is in Postgres, and the SSE endpoint rebuilds the terminal event from it."""
-    try:
-        writer = RunStreamWriter(run.pk)
-        event, data = run_terminal_event(run)
-        writer.append(event, data)
-        if run.status == RunStatus.CANCELLED:
-            writer.client.delete(cancel_key(run.pk))
-    except redis.RedisError:
-        logger.exception("run %s ended but its terminal event could not be written", run.pk)
-
-
-# Worker-side transitions. Each locks the run row (``SELECT ... FOR UPDATE``) because a cancel, the reaper
-# and a redelivered copy of the same task can race the worker that owns the run.
-
-
-def run_mark_streaming(*, run_id: int, worker: str, streamed: StreamedAnswer | None = None) -> tuple[Run, bool]:
-    """Claims a run for one generation attempt; returns the run and whether this call changed it.
-
-    Changed to ``streaming``: generate (``attempts`` counts this attempt). Changed to ``cancelled``: it was
-    being cancelled when its previous worker died. Changed to ``failed``: it reached
-    ``settings.WORKERS.max_attempts``. Unchanged: it was already terminal (a duplicate delivery).
-
-    ``streamed``: what the run's stream shows of earlier attempts (None: it holds no event). The same write
-    records how this attempt goes on from them (:func:`run_recovery_of`): ``Run.recovery`` and
-    ``Run.resumed_tokens``, which the worker then follows (continue, or ``reset`` and start over).
-    """
-    with transaction.atomic():
-        # What the worker reads next (the prompt: the chat, the user message, the tier's context budget; the
-        # tier for the log lines), in the same round trip; only the run's row is locked.
-        run = Run.objects.select_for_update(of=("self",)).select_related("tier", "chat", "user_message").get(pk=run_id)
-        if run.is_terminal:
-            return run, False
-        if run.status == RunStatus.CANCELLING:
-            return _end_run(run, status=RunStatus.CANCELLED), True
-        if run.attempts >= settings.WORKERS.max_attempts:
-            error = f"Generation was started {run.attempts} times and never finished; giving up."
-            return _end_run(run, status=RunStatus.FAILED, error=error), True
-        run.recovery, run.resumed_tokens = run_recovery_of(run, streamed)
-        run.status = RunStatus.STREAMING
-        run.attempts += 1
-        run.worker = worker
-        run.started_at = timezone.now()
-        run.first_token_at = None
-        run.save(
-            update_fields=["status", "attempts", "worker", "started_at", "first_token_at", "recovery", "resumed_tokens"]
-        )
-        transaction.on_commit(
-            lambda: log_run_step(
-                RunStep.STARTED,
-                run,
-                f"run {run.pk} started on {worker} (attempt {run.attempts})",
-                attempt=run.attempts,
-                queue_wait_s=seconds_between(run.created_at, run.started_at),
-                recovery=run.recovery,
-                resumed_tokens=run.resumed_tokens,
-            ),
-            robust=True,
-        )
-        return run, True
-
-
-def run_continuation_blocker(run: Run) -> str | None:
-    """Why ``run`` cannot go on from an earlier attempt's text (None: it can).
-
-    A constrained or structured-output run cannot: its logits processor or grammar would start again from the
-    prompt's end and not know the text already emitted, so the continuation could leave the schema. Nor can a
-    run with tools: the text may be a tool call the parser must see whole, from the assistant's first token.
-    Nor any run while ``DEPLOYMENT_CONTINUE_RUNS`` is off (every recovery restarts, as before continuation).
-    """
-    if not settings.DEPLOYMENTS.continue_runs:
-        return "continuation is turned off (DEPLOYMENT_CONTINUE_RUNS)"
-    if run.tools:
-        return "it has tools"
-    try:
-        spec = SamplingSpec.from_json(run.sampling or {}, temperature=run.temperature, top_p=run.top_p)
-    except (TypeError, ValueError):  # the worker fails such a run when it builds its request
-        return "its stored sampling cannot be read"
-    if spec.constraint is not None:
-        return "it is constrained"
-    if spec.structured_outputs is not None:
-        return "it asks for structured output"
-    return None
-
-
-def run_recovery_of(run: Run, streamed: StreamedAnswer | None) -> tuple[Recovery, int]:
-    """How the next attempt of ``run`` (not yet counted in ``run.attempts``) goes on from the earlier ones, and
-    the output tokens it continues from: ``continued`` from the answer its stream shows when there is one to go
-    on from (some text, its start still in the stream) and the run allows it (:func:`run_continuation_blocker`);
-    ``restarted`` when an earlier attempt was started, or its stream holds an answer, but it cannot continue; none
-    for a first attempt (the ``queued`` status events the dispatcher writes while a run waits are no answer)."""
-    earlier = run.attempts > 0 or (streamed is not None and bool(streamed.text or streamed.tokens))
-    if not earlier:
-        return Recovery.NONE, 0
-    if streamed is not None and streamed.text and streamed.intact and run_continuation_blocker(run) is None:
-        return Recovery.CONTINUED, streamed.tokens
-    return Recovery.RESTARTED, 0
-
-
-def run_mark_first_token(*, run_id: int, attempt: int) -> None:
-    Run.objects.filter(pk=run_id, attempts=attempt, first_token_at__isnull=True).update(first_token_at=timezone.now())
-
-
-def run_finish(*, run_id: int, attempt: int, result: GenerationResult) -> Run | None:
-    """Ends the attempt's run with its result: the assistant message, the counts and the final status, in one
-    transaction.
-
-    Returns None when this attempt no longer owns the run (a later attempt took over, or it was failed).
-    A run that was being cancelled (or whose request the engine aborted) ends ``cancelled`` and keeps the
-    partial text as its assistant message, if there is any.
-    """
-    with transaction.atomic():
-        # The chat is locked with the run (its row is written below); the tier, the user and their limits come
-        # along for the settlement and the log line after commit, instead of three queries there.
-        run = (
-            Run.objects.select_for_update(of=("self", "chat"))
-            .select_related("chat", "tier", "user__tier", "user__limit_override", "deployment")
-            .get(pk=run_id)
-        )
-        if run.status not in (RunStatus.STREAMING, RunStatus.CANCELLING) or run.attempts != attempt:
-            return None
-        engine_finish = EngineFinishReason(result.finish_reason)
-        cancelled = run.status == RunStatus.CANCELLING or engine_finish == EngineFinishReason.ABORT
-        message = None
-        if result.text or not cancelled:
-            message = Message.objects.create(
-                chat=run.chat, role=MessageRole.ASSISTANT, content=result.text, token_count=result.output_tokens
-            )
-        if cancelled:
-            _end_run(run, status=RunStatus.CANCELLED, result=result, message=message)
-        else:
-            _end_run(
-                run, status=RunStatus.DONE, finish_reason=_ENGINE_FINISH[engine_finish], result=result, message=message
-            )
-        Chat.objects.filter(pk=run.chat_id).update(updated_at=run.finished_at, last_worker=run.worker)
-        chat_id = run.chat_id
-        deployment = run.deployment.key if run.deployment is not None else ""
-        if run.chat.origin == ChatOrigin.WEB:  # an OpenAI-compatible call's chat is never continued: no summary
-            transaction.on_commit(lambda: chat_summary_schedule_after_turn(chat_id=chat_id, deployment=deployment))
-        return run
-
-
-def run_fail(*, run_id: int, error: str, attempt: int | None = None) -> Run | None:
-    """Ends a run ``failed`` with ``error``; None if it is already terminal or ``attempt`` no longer owns it."""
-    with transaction.atomic():
-        run = Run.objects.select_for_update().get(pk=run_id)
-        if run.is_terminal or (attempt is not None and run.attempts != attempt):
-            return None
-        return _end_run(run, status=RunStatus.FAILED, error=error)
-
-
-def run_requeue_orphan(*, run_id: int, worker: str, attempt: int | None = None) -> Run | None:
-    """Puts a run whose worker vanished back in the queue (or ends it ``cancelled`` if it was cancelling).
-
-    ``worker`` (and ``attempt``) are the owner the reaper saw; if the run has moved on since (another attempt,
-    even on a worker of the same name, or terminal), nothing changes and None is returned. A queued run is
-    handed on again after commit, to another version of its model if its own no longer serves
-    (:func:`_requeue`); its next attempt continues from what its stream shows.
-    """
-    with transaction.atomic():
-        run = Run.objects.select_for_update(of=("self",)).select_related("deployment").get(pk=run_id)
-        if run.status not in (RunStatus.STREAMING, RunStatus.CANCELLING) or run.worker != worker:
-            return None
-        if attempt is not None and run.attempts != attempt:
-            return None
-        if run.status == RunStatus.CANCELLING:
-            return _end_run(run, status=RunStatus.CANCELLED)
-        return _requeue(run, worker=worker, reason="worker_lost", why=f"worker {worker} vanished")
-
-
-def run_handoff(*, run_id: int, attempt: int, worker: str) -> Run | None:
-    """Hands a run that ``worker``'s attempt ``attempt`` was generating back to the queue: its worker drains
-    past its deadline, and another worker of the model continues the run from the text already streamed.
-
-    Locks the run row (``SELECT ... FOR UPDATE``): a cancel, the reaper or a finish may race it. Only a run
-    that this attempt still owns and that is ``streaming`` is requeued (and handed on after commit, moved to
-    another version when its own drains: :func:`_requeue`); otherwise (cancelling, superseded, ended) nothing
-    changes and None is returned, and the attempt ends the run as it would have. The caller should have
-    released the run's lease first, so that the next worker's claim finds it free.
-    """
-    with transaction.atomic():
-        run = Run.objects.select_for_update(of=("self",)).select_related("deployment").get(pk=run_id)
-        if run.status != RunStatus.STREAMING or run.attempts != attempt or run.worker != worker:
-            return None
-        return _requeue(run, worker=worker, reason="handoff", why=f"worker {worker} handed it off")
-
-
-def _requeue(run: Run, *, worker: str, reason: str, why: str) -> Run:
-    """Puts the locked ``run`` back to ``queued`` on a deployment that serves (:func:`_retarget`); logs a
-    ``requeued`` event and enqueues it after commit. Call inside the transaction that holds its row lock, with
-    ``run.deployment`` loaded."""
-    moved_from = run.deployment.key if run.deployment is not None else ""
-    moved_to = _retarget(run)
-    run.status = RunStatus.QUEUED
-    run.worker = ""
-    run.save(update_fields=["status", "worker", "deployment"] if moved_to else ["status", "worker"])
-    moved_to_key = moved_to.key if moved_to is not None else ""
-    transaction.on_commit(
-        lambda: log_run_step(
-            RunStep.REQUEUED,
-            run,
-            f"run {run.pk}: {why}; queued again"
-            + (f", moved from {moved_from} to {moved_to_key}" if moved_to_key else ""),
-            worker=worker,
-            level=logging.WARNING,
-            reason=reason,
-            attempt=run.attempts,
-            moved_from=moved_from if moved_to_key else "",
-            moved_to=moved_to_key,
-        ),
-        robust=True,
-    )
-    transaction.on_commit(lambda: run_enqueue(run=run))
-    return run
-
-
-def _retarget(run: Run) -> Served | None:
-    """Moves ``run`` to a ready version of its model's name when its deployment no longer serves (draining,
-    retired, failed, or no worker heartbeats ready); returns the new one (None: it stays).
-
-    When no version of the name can take it (``ModelNotFound``/``ModelUnavailable``) it stays where it is and
-    waits, for a worker of its deployment to come back or a version to become ready."""
-    current = run.deployment
-    if current is None:
-        return None
-    if current.status == DeploymentStatus.READY and ready_worker_counts([current.key]).get(current.key, 0) > 0:
-        return None
-    forget_cached()  # rare, and a stale snapshot could pick the very version that stopped serving
-    try:
-        served = resolve_model(current.name)
-    except (ModelNotFound, ModelUnavailable) as exc:
-        logger.warning("run %s: %s does not serve and no version of it can take the run (%s)", run.pk, current.key, exc)
-        return None
-    if served.id == current.pk:
-        return None
-    run.deployment_id = served.id
-    return served

@@ -36,8 +36,8 @@ from inference_workers.engine.simulated import SimulatedEngine
 from inference_workers.runtime import WorkerRuntime
 from inference_workers.summarize import generate_text
 from inference_workers.tasks import chat_summarize
+from runs.lifecycle import run_finish
 from runs.models import RunStatus
-from runs.services import run_finish
 from tests.chats.conversation import (
     Conversation,
     fast_simulated_engine_config,

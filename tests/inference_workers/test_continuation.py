@@ -30,9 +30,9 @@ from inference_workers.engine.simulated import SimulatedEngine, simulated_token
 from inference_workers.prompting import build_run_prompt
 from inference_workers.runtime import WorkerRuntime
 from inference_workers.services import generate_run
+from runs.lifecycle import run_requeue_orphan
 from runs.models import FinishReason, Recovery, Run, RunStatus
 from runs.queueing import get_scheduler_store
-from runs.services import run_requeue_orphan
 from runs.streaming.contract import (
     RunStreamWriter,
     StreamedAnswer,

@@ -13,9 +13,9 @@ from rest_framework.test import APIClient
 
 from accounts.models import User, UserLimitOverride
 from core.logs import record_fields
+from runs.lifecycle import run_fail, run_requeue_orphan
 from runs.models import Run, RunStatus
 from runs.routing import send_to_worker
-from runs.services import run_fail, run_requeue_orphan
 from tests.factories import ChatFactory, RunFactory
 
 pytestmark = pytest.mark.django_db

@@ -13,11 +13,12 @@ from accounts.models import UsageDay, User, UserLimitOverride
 from chats.models import Message
 from generation.result import EngineFinishReason, GenerationResult
 from runs.dispatcher_wiring import build_dispatcher
+from runs.lifecycle import run_fail, run_finish, run_mark_streaming
 from runs.models import Run, RunStatus
 from runs.queueing import get_scheduler_store
 from runs.quota import bucket_limits, get_token_buckets
 from runs.selectors import run_queue_positions
-from runs.services import run_cancel, run_fail, run_finish, run_mark_streaming
+from runs.services import run_cancel
 from runs.streaming.contract import read_after
 from scheduling.token_bucket import run_member
 from tests.factories import ChatFactory
