@@ -61,7 +61,7 @@ CONSTRAINTS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "catalogue": _check_catalogue,
 }
 """Constraint name -> the check of its ``args`` (returns them normalized). The engine registers one state
-machine builder per name here (``inference_workers.engine.constraints.BUILDERS``)."""
+machine builder per name here (``inference_workers.engine.constraints.registry.BUILDERS``)."""
 
 
 def check_constraint(value: object) -> dict[str, Any]:
