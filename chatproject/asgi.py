@@ -3,21 +3,25 @@
 import gc
 import os
 
+import django
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
-from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatproject.settings.base")
 
-# Static files (the browser UI's JS and CSS) are served by Django itself under STATIC_URL, so `uvicorn` alone
-# runs the whole web tier; every other path goes straight to the app.
-_django = ASGIStaticFilesHandler(get_asgi_application())
+django.setup(set_prefix=False)  # what get_asgi_application() does, before building the handler
 
 # Imported after setup (the apps need Django's registry).
+from core.asgi_body import WholeBodyASGIHandler  # noqa: E402
 from core.asgi_lifespan import with_lifespan  # noqa: E402
 from deployments.readiness import web_startup  # noqa: E402
 from openai_api.urls import STREAM_PATHS as OPENAI_STREAM_PATHS  # noqa: E402
 from runs.streaming.asgi import RUN_STREAM_PATH, with_stream_route  # noqa: E402
 from runs.streaming.drain import drain_on_signals  # noqa: E402
+
+# Static files (the browser UI's JS and CSS) are served by Django itself under STATIC_URL, so `uvicorn` alone
+# runs the whole web tier; every other path goes straight to the app. The handler reads a chunked body like a
+# declared one (core/asgi_body.py).
+_django = ASGIStaticFilesHandler(WholeBodyASGIHandler())
 
 # The long-lived responses (the run streams, and the OpenAI-compatible completions, which wait for their runs)
 # skip Django's per-request thread (see runs/streaming/asgi.py). At lifespan startup, before the first

@@ -12,7 +12,7 @@ from accounts.models import User
 from core.redis_client import get_redis
 from tests.factories import UserFactory
 
-LIVE_FIXTURES = frozenset({"live_stack"})
+LIVE_FIXTURES = frozenset({"live_stack", "live_web"})
 """Fixtures that start the stack's own processes: a test that uses one is ``live`` wherever it sits."""
 
 

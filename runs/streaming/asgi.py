@@ -18,7 +18,7 @@ import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
-from django.core.handlers.asgi import ASGIHandler
+from core.asgi_body import WholeBodyASGIHandler
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[Mapping[str, Any]]]
@@ -29,7 +29,7 @@ RUN_STREAM_PATH = r"/api/runs/\d+/stream"
 """``GET /api/runs/{id}/stream`` (``run-stream`` in ``chatproject/urls.py``), as a regular expression of the path."""
 
 
-class StreamASGIHandler(ASGIHandler):
+class StreamASGIHandler(WholeBodyASGIHandler):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")

@@ -122,3 +122,46 @@ def test_an_unknown_v1_path_is_a_json_404(live_web: str) -> None:
     resp = httpx.get(f"{live_web}/v1/embeddings")
     assert resp.status_code == 404
     assert resp.json()["error"]["type"] == "invalid_request_error"
+
+
+def _chunked(body: bytes, size: int = 7) -> Iterator[bytes]:
+    """``body`` in pieces: httpx sends an iterator with ``Transfer-Encoding: chunked`` and no ``Content-Length``."""
+    for start in range(0, len(body), size):
+        yield body[start : start + size]
+
+
+def test_chunked_bodies_on_api_are_read_like_declared_ones(live_web: str, live_user: LiveUser) -> None:
+    """A chunked body was read as empty on ``/api`` (DRF takes no ``Content-Length`` for no body): a chat without its
+    title, a prompt "content required", a sign-in refused."""
+    headers = {**live_user.headers, "Content-Type": "application/json"}
+    with httpx.Client(base_url=live_web, timeout=30) as client:
+        created = client.post("/api/chats", content=_chunked(b'{"title": "Sent in pieces"}'), headers=headers)
+        assert created.status_code == 201, created.text
+        assert created.json()["title"] == "Sent in pieces"
+        chat_id = created.json()["id"]
+        prompt = client.post(
+            f"/api/chats/{chat_id}/messages", content=_chunked(b'{"content": "Hello in pieces"}'), headers=headers
+        )
+        assert prompt.status_code == 202, prompt.text
+        signin = client.post(
+            "/api/auth/token",
+            content=_chunked(json.dumps({"username": live_user.user.username, "password": "pw"}).encode()),
+            headers={"Content-Type": "application/json"},
+        )
+        assert signin.status_code == 200, signin.text
+        assert signin.json()["token"]
+    assert Message.objects.get(chat_id=chat_id).content == "Hello in pieces"
+
+
+def test_a_chunked_body_over_the_limit_on_api_is_a_json_413_that_writes_nothing(
+    live_web: str, live_user: LiveUser
+) -> None:
+    chat = ChatFactory.create(owner=live_user.user)
+    body = json.dumps({"content": "x" * FIVE_MB}).encode()
+    headers = {**live_user.headers, "Content-Type": "application/json"}
+    resp = httpx.post(
+        f"{live_web}/api/chats/{chat.pk}/messages", content=_chunked(body, 65536), headers=headers, timeout=30
+    )
+    assert resp.status_code == 413, resp.text[:500]
+    assert resp.json()["error"]["code"] == "request_too_large"
+    assert _rows() == (1, 0, 0)
