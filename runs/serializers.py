@@ -43,6 +43,7 @@ class RunOutSerializer(serializers.ModelSerializer[Run]):
             "model",
             "deployment",
             "recovery",
+            "resumed_tokens",
             "max_tokens",
             "temperature",
             "top_p",
