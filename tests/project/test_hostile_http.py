@@ -43,18 +43,19 @@ def _completion(*messages: dict[str, Any]) -> bytes:
     return json.dumps(body).encode()  # ensure_ascii: NUL and lone surrogates travel as \u escapes
 
 
+def _chunked(body: bytes, size: int = 7) -> Iterator[bytes]:
+    """``body`` in pieces: httpx sends an iterator with ``Transfer-Encoding: chunked`` and no ``Content-Length``."""
+    for start in range(0, len(body), size):
+        yield body[start : start + size]
+
+
 def test_a_5_mb_body_on_v1_is_a_json_413(live_web: str, live_user: LiveUser) -> None:
     """Was Django's HTML 400 page (RequestDataTooBig), declared length or chunked alike."""
     big = _completion({"role": "user", "content": "x" * FIVE_MB})
     headers = {**live_user.bearer, "Content-Type": "application/json"}
-
-    def chunks() -> Iterator[bytes]:
-        for start in range(0, len(big), 65536):
-            yield big[start : start + 65536]
-
     with httpx.Client(base_url=live_web, timeout=30) as client:
         declared = client.post(COMPLETIONS, content=big, headers=headers)
-        chunked = client.post(COMPLETIONS, content=chunks(), headers=headers)
+        chunked = client.post(COMPLETIONS, content=_chunked(big, 65536), headers=headers)
     for resp in (declared, chunked):
         message = _openai_error(resp, 413, "request_too_large")
         assert message == f"The request body is larger than {max_body_bytes()} bytes; send a smaller one."
@@ -122,12 +123,6 @@ def test_an_unknown_v1_path_is_a_json_404(live_web: str) -> None:
     resp = httpx.get(f"{live_web}/v1/embeddings")
     assert resp.status_code == 404
     assert resp.json()["error"]["type"] == "invalid_request_error"
-
-
-def _chunked(body: bytes, size: int = 7) -> Iterator[bytes]:
-    """``body`` in pieces: httpx sends an iterator with ``Transfer-Encoding: chunked`` and no ``Content-Length``."""
-    for start in range(0, len(body), size):
-        yield body[start : start + size]
 
 
 def test_chunked_bodies_on_api_are_read_like_declared_ones(live_web: str, live_user: LiveUser) -> None:
