@@ -101,6 +101,15 @@ class Run(models.Model):
     end_user = models.CharField(
         max_length=256, blank=True, default="", help_text="The caller's own user id (OpenAI's 'user' parameter)."
     )
+    metadata = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The caller's own key/value tags (OpenAI's 'metadata' parameter), kept as sent.",
+    )
+    store = models.BooleanField(
+        default=True,
+        help_text="OpenAI's 'store': whether the answer stays retrievable (and usable as previous_response_id).",
+    )
     input_tokens = models.PositiveIntegerField(default=0)
     output_tokens = models.PositiveIntegerField(default=0)
     reserved_tokens = models.PositiveIntegerField(default=0)
