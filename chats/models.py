@@ -5,6 +5,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from core.nul_text import NulSafeTextField
+
 
 class ChatOrigin(models.TextChoices):
     WEB = "web"
@@ -18,7 +20,7 @@ class Chat(models.Model):
     title = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now_add=True, help_text="Last activity: bumped by every message.")
-    summary = models.TextField(blank=True, default="", help_text="Rolling summary of older turns.")
+    summary = NulSafeTextField(blank=True, default="", help_text="Rolling summary of older turns.")
     summary_through = models.ForeignKey(
         "chats.Message",
         null=True,
@@ -63,7 +65,7 @@ class MessageRole(models.TextChoices):
 class Message(models.Model):
     chat = models.ForeignKey(Chat, on_delete=models.CASCADE, related_name="messages")
     role = models.CharField(max_length=16, choices=MessageRole.choices)
-    content = models.TextField()
+    content = NulSafeTextField(help_text="Stored with NUL escaped (core.nul_text): any text round-trips.")
     token_count = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -67,7 +67,7 @@ class MessageCreateSerializer(StrictSerializer):
     ``/v1`` takes them) are unknown fields, refused with a 400 instead of being dropped (``StrictSerializer``).
     """
 
-    content = StrictCharField(allow_blank=False, trim_whitespace=False)
+    content = StrictCharField(allow_blank=False, trim_whitespace=False, allow_nul=True)
     model = model_field(
         allow_blank=False,
         required=False,

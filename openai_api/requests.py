@@ -101,7 +101,8 @@ def read_body(request: HttpRequest) -> Any:
 
 
 def checked_text(text: str, param: str) -> str:
-    problem = text_problem(text)
+    """A message's text: stored as a message (NUL included, ``core.nul_text``), at most the content limit."""
+    problem = text_problem(text, nul_ok=True)
     if problem is not None:
         raise OpenAIRequestError(f"'{param}' {problem}", param=param, code="invalid_text")
     limit = settings.CHAT_LIMITS.max_content_chars
@@ -122,7 +123,7 @@ def message_text(content: Any, param: str) -> str:
                     "text only.",
                     param=f"{param}[{index}]",
                 )
-            problem = text_problem(part["text"])
+            problem = text_problem(part["text"], nul_ok=True)
             if problem is not None:
                 text_param = f"{param}[{index}].text"
                 raise OpenAIRequestError(f"'{text_param}' {problem}", param=text_param, code="invalid_text")

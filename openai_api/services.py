@@ -30,7 +30,7 @@ def _choice_spec(spec: SamplingSpec, index: int) -> SamplingSpec:
 
 
 def _title(text: str) -> str:
-    lines = text.strip().splitlines()
+    lines = text.replace("\x00", "").strip().splitlines()  # a title is plain text: no NUL (core.nul_text)
     return lines[0][:80] if lines else ""
 
 

@@ -145,7 +145,7 @@ def _run_create(
         deployment_id=served.id,
         reserved_tokens=ticket.cost,
     )
-    lines = content.strip().splitlines()
+    lines = content.replace("\x00", "").strip().splitlines()  # the title column holds no NUL (core.nul_text)
     try:
         written = prompt_insert(
             chat_id=chat_id,

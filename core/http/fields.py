@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.validators import ProhibitNullCharactersValidator
 from rest_framework import serializers
 
 from core.http.text import text_problem
@@ -12,17 +13,25 @@ from core.http.text import text_problem
 class StrictCharField(serializers.CharField):
     """A CharField that refuses numbers, lists and objects instead of coercing them to text, text that Postgres
     cannot store (a NUL, a lone surrogate: ``core.http.text``), and text longer than ``max_length`` even when the
-    excess is whitespace that trimming would remove (the schema's ``maxLength`` is about what is sent)."""
+    excess is whitespace that trimming would remove (the schema's ``maxLength`` is about what is sent).
+
+    ``allow_nul``: the value goes to a ``core.nul_text.NulSafeTextField``, which stores NUL losslessly."""
 
     default_error_messages = {
         "not_text": "must be a string.",
         "too_long": "is {length} characters long; the limit is {max_length}.",
     }
 
+    def __init__(self, *, allow_nul: bool = False, **kwargs: Any) -> None:
+        self.allow_nul = allow_nul
+        super().__init__(**kwargs)
+        if allow_nul:  # DRF's CharField refuses NUL itself ("Null characters are not allowed")
+            self.validators = [v for v in self.validators if not isinstance(v, ProhibitNullCharactersValidator)]
+
     def to_internal_value(self, data: Any) -> str:
         if not isinstance(data, str):
             self.fail("not_text")
-        problem = text_problem(data)
+        problem = text_problem(data, nul_ok=self.allow_nul)
         if problem is not None:
             raise serializers.ValidationError(problem, code="unstorable_text")
         if self.max_length is not None and len(data) > self.max_length:

@@ -34,7 +34,7 @@ def _content_text(content: Any, param: str, *, allow_none: bool) -> str | None:
         text = "".join(parts)
     else:
         raise _fail(f"'{param}' must be a string or a list of text parts.", param)
-    problem = text_problem(text)
+    problem = text_problem(text, nul_ok=True)  # stored as a message's content (core.nul_text)
     if problem is not None:
         raise _fail(f"'{param}' {problem}", param)
     return text

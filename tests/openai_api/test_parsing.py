@@ -156,11 +156,11 @@ def test_what_cannot_be_honoured_names_its_parameter(overrides: dict[str, Any], 
 @pytest.mark.parametrize(
     ("messages", "param"),
     [
-        ([{"role": "user", "content": "a"}, {"role": "user", "content": "b\x00c"}], "messages[1].content"),
+        ([{"role": "user", "content": "a"}, {"role": "user", "content": "b\udc00c"}], "messages[1].content"),
         ([{"role": "user", "content": "\ud800"}], "messages[0].content"),
         ([{"role": "system", "content": "x\udfffy"}, {"role": "user", "content": "hi"}], "messages[0].content"),
         (
-            [{"role": "user", "content": [{"type": "text", "text": "ok"}, {"type": "text", "text": "\x00"}]}],
+            [{"role": "user", "content": [{"type": "text", "text": "ok"}, {"type": "text", "text": "\ud800"}]}],
             "messages[0].content[1].text",
         ),
         (
@@ -179,6 +179,15 @@ def test_text_postgres_cannot_store_is_refused_naming_the_message(messages: list
         parse_chat_completion(body(messages=messages))
     assert (refused.value.status, refused.value.param, refused.value.code) == (400, param, "invalid_text")
     assert refused.value.message.startswith(f"'{param}' contains a ")
+
+
+def test_a_nul_in_a_message_is_kept_as_sent() -> None:
+    """vLLM serves a prompt with a NUL (its benchmark's random dataset has some); messages store it losslessly."""
+    parts = [{"type": "text", "text": "a\x00b"}]
+    parsed = parse_chat_completion(
+        body(messages=[{"role": "system", "content": "s\x00"}, {"role": "user", "content": parts}])
+    )
+    assert (parsed.system_prompt, parsed.prompt) == ("s\x00", "a\x00b")
 
 
 def _post(raw: bytes, **extra: Any) -> HttpRequest:

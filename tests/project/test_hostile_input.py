@@ -106,7 +106,6 @@ def test_the_depth_scan_is_linear_on_the_worst_strings() -> None:
         ("/api/chats", {"title": "a\x00b"}, "title"),
         ("/api/chats", {"title": "\ud800"}, "title"),
         ("/api/chats/{chat}", {"title": "x\udfff"}, "title"),
-        ("/api/chats/{chat}/messages", {"content": "hello\x00"}, "content"),
         ("/api/chats/{chat}/messages", {"content": "\ud83d alone"}, "content"),
         ("/api/auth/token", {"username": "al\x00ice", "password": "pw"}, "username"),
         ("/api/auth/token", {"username": "alice", "password": "\ud800"}, "password"),
