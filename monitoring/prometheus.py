@@ -117,6 +117,20 @@ def _dispatcher_families() -> Iterator[Metric]:
     for tier, spread in sorted(figures.spreads.items()):
         spreads.add_metric([tier], spread)
     yield spreads
+    queued_runs = GaugeMetricFamily(
+        "chat_queued_runs", "Runs waiting in the scheduler's queue for the deployment.", labels=["deployment"]
+    )
+    queued_tokens = GaugeMetricFamily(
+        "chat_queued_tokens",
+        "Tokens (input plus max output) of the runs waiting for the deployment: the autoscaling signal "
+        "(deploy/kubernetes KEDA ScaledObject), unlike Redis list lengths, which priorities and prefetch distort.",
+        labels=["deployment"],
+    )
+    for deployment, (runs, tokens) in sorted(figures.backlog.items()):
+        queued_runs.add_metric([deployment], runs)
+        queued_tokens.add_metric([deployment], tokens)
+    yield queued_runs
+    yield queued_tokens
     if figures.written_at is not None:
         age = GaugeMetricFamily(
             "chat_dispatcher_figures_age_seconds",

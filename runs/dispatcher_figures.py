@@ -10,7 +10,9 @@ every ``SCHED_TICK_S``, so nothing waits longer; a dispatcher that stops loses a
   ``queue_wait_bucket|<tier>|<le>`` (cumulative), ``queue_wait_sum|<tier>``, ``queue_wait_count|<tier>``, by
   ``HINCRBY``/``HINCRBYFLOAT``;
 * ``metrics:dispatcher:state`` (a hash with a TTL, rewritten whole): ``gate|<tier>|<deployment>`` 1/0,
-  ``spread|<tier>`` (VTC's service difference between the tier's backlogged users, tokens) and ``written_at``.
+  ``spread|<tier>`` (VTC's service difference between the tier's backlogged users, tokens),
+  ``queued_runs|<deployment>`` and ``queued_tokens|<deployment>`` (the whole queue per deployment, as of the
+  leader's last positions refresh: what an autoscaler such as KEDA sizes workers on) and ``written_at``.
   It vanishes ``STATE_TTL_S`` after the leader stops, so a dead dispatcher shows no gates.
 
 ``monitoring.prometheus`` reads both at scrape time (:func:`read_dispatcher_figures`). Recording never raises.
@@ -63,7 +65,11 @@ class DispatcherFigures:
         self.write_interval_s = write_interval_s
         self.clock = clock
         self._pending: dict[str, float] = {}
+        self._backlog: dict[str, tuple[int, int]] = {}
         self._written_at = float("-inf")
+
+    def queued(self, backlog: Mapping[str, tuple[int, int]]) -> None:
+        self._backlog = dict(backlog)
 
     def decided(self, run: QueuedRun, *, waited_s: float) -> None:
         tier = run.tier
@@ -92,6 +98,9 @@ class DispatcherFigures:
         by_deployment = deployment_gates or {(tier, self.deployment): o for tier, o in gates.items()}
         state: dict[FieldT, EncodableT] = {f"gate|{tier}|{dep}": int(o) for (tier, dep), o in by_deployment.items()}
         state.update({f"spread|{tier}": round(float(v), 1) for tier, v in spreads.items()})
+        for dep, (runs, tokens) in self._backlog.items():
+            state[f"queued_runs|{dep}"] = runs
+            state[f"queued_tokens|{dep}"] = tokens
         state["written_at"] = time.time()
         try:
             pipe = self.client.pipeline(transaction=False)
@@ -117,6 +126,8 @@ class DispatcherMetrics:
     """``(tier, deployment)`` -> open; empty when no dispatcher led lately."""
     spreads: dict[str, float] = field(default_factory=dict)
     """Tier -> VTC's service difference between its backlogged users at the leader's last write (tokens)."""
+    backlog: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Deployment -> (queued runs, their tokens) at the leader's last positions refresh."""
     written_at: float | None = None
     """Unix time of the leader's last write of the gate states."""
 
@@ -148,6 +159,10 @@ def read_dispatcher_figures(*, client: redis.Redis | None = None) -> DispatcherM
             out.gates[(parts[1], parts[2])] = float(value) > 0
         elif parts[0] == "spread" and len(parts) == 2:
             out.spreads[parts[1]] = float(value)
+        elif parts[0] in ("queued_runs", "queued_tokens") and len(parts) == 2:
+            runs, tokens = out.backlog.get(parts[1], (0, 0))
+            amount = int(float(value))
+            out.backlog[parts[1]] = (amount, tokens) if parts[0] == "queued_runs" else (runs, amount)
         elif parts[0] == "written_at":
             out.written_at = float(value)
     return out

@@ -125,6 +125,10 @@ class DispatchObserver(Protocol):
         service difference, tokens)."""
         ...
 
+    def queued(self, backlog: Mapping[str, tuple[int, int]]) -> None:
+        """The whole queue, per deployment: (runs, tokens) (``UserQueues.backlog``), read with the positions."""
+        ...
+
 
 class Dispatcher:
     def __init__(
@@ -314,6 +318,8 @@ class Dispatcher:
         """Recomputes every queued run's position and wait; reports those that changed to ``on_positions``."""
         self._last_positions_at = self.clock()
         queues = self.store.all_queued()
+        if self.observer is not None:
+            self._observe(partial(self.observer.queued, queues.backlog()))
         self.policy.sync(queues.heads())
         order = forecast_order(self.policy, queues, self.settings.max_positions)
         rate = self.dispatch_rate()

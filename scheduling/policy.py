@@ -243,6 +243,17 @@ class UserQueues:
     def __len__(self) -> int:
         return sum(len(q) for users in self._queues.values() for q in users.values())
 
+    def backlog(self) -> dict[str, tuple[int, int]]:
+        """Deployment (``name@version``; ``""`` for runs queued without one) -> (queued runs, their tokens: input
+        plus max output, what dispatching them will charge). What an autoscaler sizes a deployment's workers on."""
+        out: dict[str, tuple[int, int]] = {}
+        for users in self._queues.values():
+            for queue in users.values():
+                for run in queue:
+                    runs, tokens = out.get(run.deployment, (0, 0))
+                    out[run.deployment] = (runs + 1, tokens + run.cost)
+        return out
+
 
 def dispatch_one(policy: FairPolicy, queues: UserQueues, admits: Callable[[str, QueuedRun], bool]) -> QueuedRun | None:
     """One scheduling decision over in-memory queues: sync, choose, charge, pop."""

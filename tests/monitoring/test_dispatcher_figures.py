@@ -108,6 +108,7 @@ class RecordingObserver:
         self.decisions: list[tuple[int, float]] = []
         self.gates: list[dict[str, bool]] = []
         self.spreads: list[dict[str, float]] = []
+        self.backlogs: list[dict[str, tuple[int, int]]] = []
 
     def decided(self, run: QueuedRun, *, waited_s: float) -> None:
         if self.fail:
@@ -124,6 +125,11 @@ class RecordingObserver:
             raise RuntimeError("observer down")
         self.gates.append(dict(gates))
         self.spreads.append(dict(spreads))
+
+    def queued(self, backlog: Mapping[str, tuple[int, int]]) -> None:
+        if self.fail:
+            raise RuntimeError("observer down")
+        self.backlogs.append(dict(backlog))
 
 
 def _memory_dispatcher(observer: Any, now: list[float]) -> tuple[Dispatcher, MemoryQueueStore, list[QueuedRun]]:
@@ -171,3 +177,23 @@ def test_a_failing_observer_never_stops_dispatching() -> None:
     store.push(QueuedRun(run_id=1, user_id=1, tier="pro", cost=10, enqueued_at=999.0))
     assert [r.run_id for r in dispatcher.tick()] == [1]
     assert [r.run_id for r in sent] == [1]
+
+
+def test_the_backlog_per_deployment_reaches_metrics_as_queued_runs_and_tokens() -> None:
+    """The autoscaling signal (KEDA in deploy/kubernetes): what is queued for each deployment, in tokens."""
+    now = [1000.0]
+    observer = RecordingObserver()
+    dispatcher, store, _ = _memory_dispatcher(observer, now)
+    store.push(QueuedRun(run_id=1, user_id=1, tier="batch", cost=100, enqueued_at=999.0, deployment="big@2"))
+    store.push(QueuedRun(run_id=2, user_id=1, tier="batch", cost=50, enqueued_at=999.0, deployment="big@2"))
+    store.push(QueuedRun(run_id=3, user_id=2, tier="batch", cost=7, enqueued_at=999.0, deployment="small@1"))
+    dispatcher.refresh_positions()
+    assert observer.backlogs == [{"big@2": (2, 150), "small@1": (1, 7)}]
+
+    figures = DispatcherFigures(deployment=DEPLOYMENT, write_interval_s=0.0)
+    figures.queued(observer.backlogs[-1])
+    figures.ticked({"pro": True}, {})
+    metrics = scrape()
+    assert value(metrics, "chat_queued_tokens", deployment="big@2") == 150
+    assert value(metrics, "chat_queued_runs", deployment="big@2") == 2
+    assert value(metrics, "chat_queued_tokens", deployment="small@1") == 7

@@ -74,6 +74,9 @@ class Gates:
     def ticked(self, gates: object, spreads: object, deployment_gates: dict[tuple[str, str], bool]) -> None:
         self.by_deployment.append(dict(deployment_gates))
 
+    def queued(self, backlog: object) -> None:
+        pass
+
 
 def test_the_gates_are_reported_per_deployment(store: QueueStore) -> None:
     clock, sent, observer = FakeClock(), list[QueuedRun](), Gates()
