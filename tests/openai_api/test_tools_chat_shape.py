@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 from openai.lib.streaming.chat import ChatCompletionStreamState
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessageFunctionToolCall
 
 from openai_api import apis
 from openai_api.requests import ChatCompletionRequest, parse_chat_completion
@@ -104,6 +104,7 @@ def test_a_call_is_tool_calls_with_content_null(choice: str, monkeypatch: pytest
     answer = body(parsed, CALL, "stop").choices[0]
     assert answer.message.content is None and answer.finish_reason == "tool_calls"
     (call,) = answer.message.tool_calls or []
+    assert isinstance(call, ChatCompletionMessageFunctionToolCall)
     assert call.id.startswith("call_") and call.type == "function"
     assert (call.function.name, json.loads(call.function.arguments)) == ("get_weather", {"city": "Oslo"})
     chunks = streamed(parsed, [CALL[:5], CALL[5:30], CALL[30:]], "stop", monkeypatch)
@@ -121,6 +122,7 @@ def test_a_call_cut_short_is_a_truncated_call_with_finish_length(choice: str, mo
     answer = body(parsed, CUT, "length").choices[0]
     assert answer.message.content is None and answer.finish_reason == "length"
     (call,) = answer.message.tool_calls or []
+    assert isinstance(call, ChatCompletionMessageFunctionToolCall)
     assert (call.function.name, call.function.arguments) == ("get_weather", '{"city": "Os')
     snapshot = accumulated(streamed(parsed, [CUT[:20], CUT[20:]], "length", monkeypatch))
     assert snapshot.finish_reason == "length" and not snapshot.message.content

@@ -13,7 +13,7 @@ from deployments.tokenizer import apply_chat_template, template_renders_tools
 from openai_api.tools.parsing import parse_tools
 from openai_api.tools.prompt import CALL_FORM, system_prompt_with_tools, tool_prompt
 
-WEATHER = {
+WEATHER: dict[str, Any] = {
     "type": "function",
     "function": {
         "name": "get_weather",
