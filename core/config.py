@@ -71,8 +71,10 @@ class EngineConfig:
     """The deployment's vLLM engine arguments, passed to ``AsyncEngineArgs`` as they are, over ours
     (``ModelDeployment.engine_args``; empty for a config read from the environment)."""
     tool_call_parser: str = ""
-    """One of vLLM's tool-call parsers (``hermes``...) for ``tool_choice: "auto"``; empty: none, and "auto" is a 400
-    (named and "required" tool choices need none). See ``openai_api.tools.parsing.SUPPORTED_TOOL_CALL_PARSERS``."""
+    """One of vLLM's tool-call parsers (``hermes``...) for ``tool_choice: "auto"`` in the model's own call format; this
+    server runs none yet, so a name here makes "auto" a 400 that says so. Empty (the default): "auto" is served by this
+    server's grammar (text or a JSON array of calls), and no tool choice needs a parser. See
+    ``openai_api.tools.parsing.SUPPORTED_TOOL_CALL_PARSERS``."""
 
     @property
     def default_model_dir(self) -> Path:

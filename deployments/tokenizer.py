@@ -151,6 +151,34 @@ def apply_chat_template(messages: list[dict[str, str]], *, tools: list[dict[str,
     return rendered
 
 
+_PROBE_TOOL = {
+    "type": "function",
+    "function": {"name": "probe_tool_x7", "parameters": {"type": "object", "properties": {}}},
+}
+_renders_tools: dict[str, bool] = {}
+
+
+def template_renders_tools() -> bool:
+    """Whether the served model's chat template shows ``tools`` to the model: a one-message conversation rendered
+    with a probe tool differs from the same without it. Once per model folder (a template that fails on tools counts
+    as one that does not render them)."""
+    path = serving_model_path()
+    known = _renders_tools.get(path)
+    if known is not None:
+        return known
+    tokenizer = request_tokenizer()
+    probe = [{"role": "user", "content": "hi"}]
+    plain = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
+    try:
+        with_tools = tokenizer.apply_chat_template(
+            probe, tools=[_PROBE_TOOL], tokenize=False, add_generation_prompt=True
+        )
+    except Exception:  # noqa: BLE001 - a template's own error (jinja raising on tools): it renders none
+        with_tools = plain
+    _renders_tools[path] = renders = with_tools != plain
+    return renders
+
+
 def vocab_size() -> int:
     """Token ids run from 0 to this minus one (what vLLM checks ``logit_bias`` and ``stop_token_ids`` against)."""
     return len(request_tokenizer())

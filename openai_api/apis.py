@@ -39,7 +39,7 @@ from openai_api.requests import (
 )
 from openai_api.services import chat_completion_create, completion_abandon, text_completion_create
 from openai_api.streaming import DONE, KEEPALIVE, Completion, collect, follow_choices
-from openai_api.tools.calls import finish_reason, tool_calls_from_text
+from openai_api.tools.calls import finish_reason, parse_tool_output
 from openai_api.tools.parsing import ToolMode, ToolRequest
 from openai_api.tools.streaming import ToolCallStream
 from runs.models import Run
@@ -167,7 +167,7 @@ async def _create(
 # Chat -------------------------------------------------------------------------------------------------------------
 
 
-FORCED_CALLS = (ToolMode.NAMED, ToolMode.REQUIRED)
+CALL_MODES = (ToolMode.NAMED, ToolMode.REQUIRED, ToolMode.AUTO)
 
 
 def _chat_finish(tools: ToolRequest, completion: Completion, *, called: bool) -> str | None:
@@ -178,10 +178,11 @@ def _chat_finish(tools: ToolRequest, completion: Completion, *, called: bool) ->
 
 def _chat_message(tools: ToolRequest, text: str) -> tuple[dict[str, Any], bool]:
     """The choice's message, and whether it holds tool calls."""
-    if tools.mode in FORCED_CALLS:
-        calls = tool_calls_from_text(tools.mode, tools.function_name, text)
-        if calls:
-            return {"role": "assistant", "content": None, "refusal": None, "tool_calls": calls}, True
+    if tools.mode in CALL_MODES:
+        output = parse_tool_output(tools, text)
+        if output.content is None:
+            message = {"role": "assistant", "content": None, "refusal": None, "tool_calls": output.tool_calls}
+            return message, output.called
     return {"role": "assistant", "content": text, "refusal": None}, False
 
 
@@ -223,8 +224,16 @@ async def _chat_chunks(runs: list[Run], parsed: ChatCompletionRequest, *, model:
     completions = [Completion() for _ in runs]
     started = [False] * len(runs)
     calls = (
-        [ToolCallStream(tools.mode, tools.function_name, parallel_tool_calls=tools.parallel_tool_calls) for _ in runs]
-        if tools.mode in FORCED_CALLS
+        [
+            ToolCallStream(
+                tools.mode,
+                tools.function_name,
+                parallel_tool_calls=tools.parallel_tool_calls,
+                names=[t["function"]["name"] for t in tools.tools],
+            )
+            for _ in runs
+        ]
+        if tools.mode in CALL_MODES
         else None
     )
 
@@ -247,6 +256,9 @@ async def _chat_chunks(runs: list[Run], parsed: ChatCompletionRequest, *, model:
             if completion.error is not None:
                 yield formats.error_frame(completion.error)
                 return
+            rest = calls[index].finish() if calls is not None else []
+            if rest:
+                yield chunk(index, {"tool_calls": rest})
             if not started[index]:
                 yield chunk(index, {"content": ""})
             called = calls is not None and calls[index].called
@@ -257,9 +269,9 @@ async def _chat_chunks(runs: list[Run], parsed: ChatCompletionRequest, *, model:
             continue
         logprobs = formats.chat_logprobs(piece.logprobs) if wants_logprobs else None
         if calls is not None:
-            deltas = calls[index].feed(piece.text)
-            if deltas or logprobs is not None:
-                yield chunk(index, {"tool_calls": deltas} if deltas else {}, logprobs=logprobs)
+            delta = calls[index].delta(piece.text)
+            if delta or logprobs is not None:
+                yield chunk(index, delta, logprobs=logprobs)
         else:
             yield chunk(index, {"content": piece.text}, logprobs=logprobs)
     if options.include_usage:

@@ -21,6 +21,7 @@ from deployments.selection import Served
 from deployments.tokenizer import count_tokens
 from generation.sampling import SamplingSpec
 from openai_api.requests import ChatCompletionRequest, CompletionRequest
+from openai_api.tools.prompt import system_prompt_with_tools
 from runs.models import PromptMode, Run
 from runs.services import SamplingRequest, run_cancel, run_create
 
@@ -37,18 +38,17 @@ def _title(text: str) -> str:
 def chat_completion_create(*, user: User, request: ChatCompletionRequest, deployment: Served) -> list[Run]:
     """The call's runs, choice ``i`` at index ``i``, all on ``deployment`` (resolved from ``model``)."""
     sampling = request.sampling
-    system_tokens = count_tokens(request.system_prompt) if request.system_prompt is not None else 0
+    system_prompt = system_prompt_with_tools(request.system_prompt, request.tools)
+    system_tokens = count_tokens(system_prompt) if system_prompt is not None else 0
     history_tokens = [count_tokens(content) for _, content in request.history]
     runs: list[Run] = []
     with transaction.atomic():
         for index in range(sampling.n):
             chat = Chat.objects.create(owner=user, title=_title(request.prompt), origin=ChatOrigin.API)
             rows: list[Message] = []
-            if request.system_prompt is not None:
+            if system_prompt is not None:
                 rows.append(
-                    Message(
-                        chat=chat, role=MessageRole.SYSTEM, content=request.system_prompt, token_count=system_tokens
-                    )
+                    Message(chat=chat, role=MessageRole.SYSTEM, content=system_prompt, token_count=system_tokens)
                 )
             rows.extend(
                 Message(chat=chat, role=role, content=content, token_count=tokens)
@@ -61,7 +61,7 @@ def chat_completion_create(*, user: User, request: ChatCompletionRequest, deploy
                     user=user,
                     content=request.prompt,
                     sampling=SamplingRequest(max_tokens=sampling.max_tokens, spec=_choice_spec(sampling.spec, index)),
-                    system_prompt=request.system_prompt,
+                    system_prompt=system_prompt,
                     tools=request.tools.tools or None,
                     end_user=sampling.end_user,
                     prompt_role=MessageRole(request.last_role),

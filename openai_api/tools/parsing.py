@@ -17,9 +17,11 @@ from typing import Any
 from core.http.text import echo
 from generation.sampling import SamplingError
 from generation.structured_outputs import SCHEMA_NAME, check_compiles, check_storable, structured_from_request
+from openai_api.tools.grammar import auto_tools_grammar
 
 SUPPORTED_TOOL_CALL_PARSERS: frozenset[str] = frozenset()
-"""Tool-call parsers this server can run for ``tool_choice: "auto"``: none yet (see the package docstring)."""
+"""vLLM tool-call parsers this server can run for ``tool_choice: "auto"`` (the model's own call format): none yet;
+"auto" is served by the grammar of :mod:`openai_api.tools.grammar` instead (see the package docstring)."""
 EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
 """vLLM's ``_params_or_empty_object``: a tool without parameters still takes a JSON object."""
 FUNCTION_KEYS = frozenset({"name", "description", "parameters", "strict"})
@@ -30,7 +32,7 @@ class ToolMode(StrEnum):
     NONE = "none"
     """No tools, or ``tool_choice: "none"``: nothing constrained, no tool calls parsed."""
     AUTO = "auto"
-    """The model decides (needs a tool-call parser)."""
+    """The model decides: text, or the "required" array of calls (:mod:`openai_api.tools.grammar`)."""
     REQUIRED = "required"
     """At least one call to any of the tools (an array of calls)."""
     NAMED = "named"
@@ -46,7 +48,10 @@ class ToolRequest:
     """The forced function (named mode)."""
     parallel_tool_calls: bool = True
     structured: dict[str, Any] | None = None
-    """The ``SamplingSpec.structured_outputs`` that constrains the answer (named and required), else None."""
+    """The ``SamplingSpec.structured_outputs`` that constrains the answer (named, required and auto), else None."""
+    calls_schema: dict[str, Any] | None = None
+    """Auto: the schema of the call branch (:func:`required_tools_schema`), to rebuild the grammar with a
+    ``response_format`` object as the other branch."""
 
 
 def _fail(message: str, param: str) -> SamplingError:
@@ -192,20 +197,23 @@ def parse_tools(body: dict[str, Any], *, tool_call_parser: str = "") -> ToolRequ
     if choice == "none":
         return ToolRequest(tools=tools, mode=ToolMode.NONE, parallel_tool_calls=parallel_tool_calls)
     if choice == "auto":
-        if not tool_call_parser:
+        if tool_call_parser:
             raise _fail(
-                "tool_choice 'auto' needs a tool-call parser; this deployment declares none "
-                "(set ENGINE_TOOL_CALL_PARSER). Use tool_choice 'required' or a named function instead.",
+                f"This deployment declares the tool-call parser {tool_call_parser!r} (ENGINE_TOOL_CALL_PARSER), which "
+                "this server does not run yet; unset it to serve tool_choice 'auto' with this server's grammar (the "
+                "model answers in text or with a JSON array of calls), or use 'required' or a named function.",
                 "tool_choice",
             )
-        if tool_call_parser not in SUPPORTED_TOOL_CALL_PARSERS:
-            raise _fail(
-                f"tool_choice 'auto' needs a tool-call parser this server implements; the deployment declares "
-                f"{tool_call_parser!r} and this server implements {sorted(SUPPORTED_TOOL_CALL_PARSERS) or 'none yet'}. "
-                "Use tool_choice 'required' or a named function instead.",
-                "tool_choice",
-            )
-        return ToolRequest(tools=tools, mode=ToolMode.AUTO, parallel_tool_calls=parallel_tool_calls)
+        calls = required_tools_schema(tools, parallel_tool_calls=parallel_tool_calls)
+        grammar = auto_tools_grammar(calls)
+        check_compiles({"grammar": grammar}, param="tools")
+        return ToolRequest(
+            tools=tools,
+            mode=ToolMode.AUTO,
+            parallel_tool_calls=parallel_tool_calls,
+            structured={"grammar": grammar},
+            calls_schema=calls,
+        )
     if choice == "required":
         schema = required_tools_schema(tools, parallel_tool_calls=parallel_tool_calls)
         check_compiles({"json": schema}, param="tools")
@@ -234,7 +242,9 @@ def request_structured_outputs(body: dict[str, Any], tools: ToolRequest) -> dict
     ``response_format`` / ``structured_outputs`` (:func:`generation.structured_outputs.structured_from_request`).
 
     As vLLM: a forced tool overrides ``response_format`` (which is still checked for shape); ``structured_outputs``
-    with ``json``/``regex``/``choice`` and a named ``tool_choice`` is a 400 ("not both").
+    with ``json``/``regex``/``choice`` and a named ``tool_choice`` is a 400 ("not both"). "auto" with a JSON object
+    format (``json_object``, or a schema whose ``type`` is ``object``) answers with a call or that object
+    (:func:`openai_api.tools.grammar.auto_tools_grammar`); any other constraint with "auto" is a 400.
     """
     extension = body.get("structured_outputs")
     if (
@@ -245,5 +255,28 @@ def request_structured_outputs(body: dict[str, Any], tools: ToolRequest) -> dict
         raise _fail(
             "You can only either use constraints for structured outputs or tools, not both.", "structured_outputs"
         )
+    if tools.mode is ToolMode.AUTO:
+        return _auto_structured(body, tools)
     own = structured_from_request(body.get("response_format"), extension, check=tools.structured is None)
     return tools.structured if tools.structured is not None else own
+
+
+def _auto_structured(body: dict[str, Any], tools: ToolRequest) -> dict[str, Any] | None:
+    own = structured_from_request(body.get("response_format"), body.get("structured_outputs"), check=False)
+    if own is None or tools.calls_schema is None:
+        return tools.structured
+    param = "response_format" if body.get("response_format") is not None else "structured_outputs"
+    if own.get("json_object"):
+        answer: dict[str, Any] = {"type": "object"}
+    elif isinstance(own.get("json"), dict) and own["json"].get("type") == "object":
+        answer = own["json"]
+    else:
+        raise _fail(
+            "With tool_choice 'auto' the answer is a tool call or text; of the structured outputs only a JSON object "
+            "(response_format json_object, or a json_schema whose top-level 'type' is 'object') can take the place "
+            "of the text. Use tool_choice 'none' for this constraint alone.",
+            param,
+        )
+    grammar = auto_tools_grammar(tools.calls_schema, answer)
+    check_compiles({"grammar": grammar}, param=param)
+    return {"grammar": grammar}

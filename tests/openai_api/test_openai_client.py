@@ -103,6 +103,25 @@ def test_streamed_chunks_reassemble_the_stored_answer(live_stack: LiveStack) -> 
     assert chunks[-1].usage.completion_tokens == run.output_tokens
 
 
+def test_tools_with_the_default_auto_choice_are_served_and_reach_the_prompt(live_stack: LiveStack) -> None:
+    """No ``tool_choice``: "auto". The simulated engine writes words (it honours no grammar), so the answer is the
+    text branch: an ordinary message. The tools reach the model in the chat's system message, since the default
+    model's template renders none."""
+    client = client_for(live_stack, UserFactory.with_tier("pro"))
+    tool: Any = {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city."}}
+    completion = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Weather in Oslo?"}], tools=[tool], max_tokens=12
+    )
+    choice = completion.choices[0]
+    run = run_of(completion.id)
+    assert run.assistant_message is not None
+    assert (choice.message.content, choice.message.tool_calls) == (run.assistant_message.content, None)
+    assert choice.finish_reason in ("stop", "length")
+    system = run.chat.messages.get(role=MessageRole.SYSTEM).content
+    assert system.startswith(settings.CONTEXT.system_prompt) and '"name": "get_weather"' in system
+    assert run.tools == [tool]
+
+
 def test_bad_requests_are_openai_errors_and_write_nothing(live_stack: LiveStack) -> None:
     user = UserFactory.with_tier("pro")
     client = client_for(live_stack, user)
@@ -114,13 +133,14 @@ def test_bad_requests_are_openai_errors_and_write_nothing(live_stack: LiveStack)
     with pytest.raises(openai.BadRequestError) as last_not_user:
         client.chat.completions.create(model=MODEL, messages=[{"role": "assistant", "content": "x"}])
     assert last_not_user.value.body["param"] == "messages[0]"  # type: ignore[index]
-    with pytest.raises(openai.BadRequestError) as auto:
+    with pytest.raises(openai.BadRequestError) as auto_regex:
         client.chat.completions.create(
             model=MODEL,
             messages=[{"role": "user", "content": "x"}],
             tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
+            extra_body={"structured_outputs": {"regex": "a+"}},
         )
-    assert auto.value.body["param"] == "tool_choice"  # type: ignore[index]  # "auto": no tool-call parser here
+    assert auto_regex.value.body["param"] == "structured_outputs"  # type: ignore[index]  # "auto": text or a call
     with pytest.raises(openai.BadRequestError) as unknown:
         client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}], extra_body={"frob": 1})
     assert unknown.value.body["param"] == "frob"  # type: ignore[index]

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import llguidance
 import pytest
 
 from generation.sampling import SamplingError
 from openai_api.tools.parsing import EMPTY_PARAMETERS, ToolMode, parse_tools, request_structured_outputs
-from tests.generation.grammar import schema_accepts
+from tests.generation.grammar import accepts, schema_accepts
 
 WEATHER = {
     "type": "object",
@@ -110,13 +111,63 @@ def test_required_hoists_defs_so_references_resolve() -> None:
     assert refused({"tools": clash, "tool_choice": "required"}).param == "tools[1].function.parameters.$defs"
 
 
-def test_auto_and_the_default_need_a_parser() -> None:
+def auto_accepts(structured: dict[str, Any] | None, text: str) -> bool:
+    assert structured is not None and set(structured) == {"grammar"}
+    return accepts(llguidance.grammar_from("grammar", structured["grammar"]), text)
+
+
+CALL = '[{"name": "get_weather", "parameters": {"city": "Oslo", "unit": "c"}}]'
+TWO_CALLS = '[{"name": "ping", "parameters": {}}, {"name": "get_time", "parameters": {"zone": "UTC"}}]'
+
+
+def test_auto_and_the_default_allow_text_or_a_call() -> None:
     for body in ({"tools": TOOLS}, {"tools": TOOLS, "tool_choice": "auto"}):
-        error = refused(body)
-        assert error.param == "tool_choice"
-        assert "needs a tool-call parser; this deployment declares none (set ENGINE_TOOL_CALL_PARSER)" in error.message
+        request = parse_tools(body)
+        assert request.mode is ToolMode.AUTO
+        for text in ("Hello there.", "It is sunny.\n[1] says so", " [not a call]", CALL, TWO_CALLS):
+            assert auto_accepts(request.structured, text), text
+        for text in (
+            "",
+            "[not a call",
+            '[{"name": "nope", "parameters": {}}]',
+            CALL + " and more",
+            '[{"name": "get_weather", "parameters": {"unit": "c"}}]',
+        ):  # city is required
+            assert not auto_accepts(request.structured, text), text
+
+
+def test_auto_without_parallel_calls_allows_one_call() -> None:
+    request = parse_tools({"tools": TOOLS, "parallel_tool_calls": False})
+    assert auto_accepts(request.structured, CALL)
+    assert not auto_accepts(request.structured, TWO_CALLS)
+
+
+def test_auto_with_a_declared_parser_is_refused_until_one_is_served() -> None:
     error = refused({"tools": TOOLS, "tool_choice": "auto"}, parser="hermes")
-    assert "'hermes'" in error.message
+    assert error.param == "tool_choice"
+    assert "'hermes'" in error.message and "unset it" in error.message
+
+
+def test_auto_with_a_json_object_format_answers_a_call_or_that_object() -> None:
+    person = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+    body = {"tools": TOOLS, "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": person}}}
+    structured = request_structured_outputs(body, parse_tools(body))
+    assert auto_accepts(structured, '{"name": "Ada"}')
+    assert auto_accepts(structured, CALL)
+    assert not auto_accepts(structured, "Ada")
+    body = {"tools": TOOLS, "response_format": {"type": "json_object"}}
+    assert auto_accepts(request_structured_outputs(body, parse_tools(body)), '{"a": 1}')
+    for other, param in (
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "array"}}}},
+            "response_format",
+        ),
+        ({"structured_outputs": {"regex": "a+"}}, "structured_outputs"),
+    ):
+        body = {"tools": TOOLS, **other}
+        with pytest.raises(SamplingError) as info:
+            request_structured_outputs(body, parse_tools(body))
+        assert info.value.param == param and "tool_choice 'auto'" in info.value.message
 
 
 @pytest.mark.parametrize(

@@ -90,3 +90,48 @@ def test_other_modes_stream_no_tool_calls() -> None:
     stream = ToolCallStream(ToolMode.NONE)
     assert stream.feed('[{"name": "ping", "parameters": {}}]') == []
     assert not stream.called
+
+
+NAMES = ["get_weather", "get_time", "ping"]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_auto_text_streams_as_content_only(seed: int) -> None:
+    text = "Sunny, 20 degrees. [source: me]"
+    stream = ToolCallStream(ToolMode.AUTO, names=NAMES)
+    deltas = [stream.delta(p) for p in pieces(text, seed)]
+    assert all(set(d) == {"content"} for d in deltas)
+    assert "".join(d["content"] for d in deltas) == text
+    assert stream.finish() == [] and not stream.called
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_auto_call_streams_as_tool_calls_that_match_the_finished_answer(seed: int) -> None:
+    text = json.dumps(
+        [{"name": "get_weather", "parameters": {"city": "Oslo"}}, {"name": "ping", "parameters": {}}], indent=1
+    )
+    stream = ToolCallStream(ToolMode.AUTO, names=NAMES)
+    chunks = [stream.delta(p) for p in pieces(text, seed)]
+    assert all("content" not in d for d in chunks)
+    streamed = reassemble([d["tool_calls"] for d in chunks if d])
+    final = tool_calls_from_text(ToolMode.AUTO, None, text)
+    assert [(c["name"], json.loads(c["arguments"])) for c in streamed] == [
+        (c["function"]["name"], json.loads(c["function"]["arguments"])) for c in final
+    ]
+    assert stream.called and stream.finish() == []
+
+
+@pytest.mark.parametrize("cut", [5, 18, 30, 45, 60])
+@pytest.mark.parametrize("mode", [ToolMode.AUTO, ToolMode.REQUIRED])
+def test_a_call_cut_short_streams_the_same_truncated_calls_as_the_finished_answer(cut: int, mode: ToolMode) -> None:
+    text = '[{"name": "get_weather", "parameters": {"city": "Oslo"}}, {"name": "get_time", "parameters": {"zone": "U'
+    text = text[:cut] if cut < 60 else text
+    stream = ToolCallStream(mode, names=NAMES)
+    chunks = [stream.feed(p) for p in pieces(text, cut)] + [stream.finish()]
+    streamed = reassemble(chunks)
+    final = tool_calls_from_text(mode, None, text, names=NAMES)
+    assert [(c["name"], c["arguments"]) for c in streamed] == [
+        (c["function"]["name"], c["function"]["arguments"]) for c in final
+    ]
+    if cut >= 18:  # past '[{"name": "get_wea': the one tool it can be
+        assert streamed and streamed[0]["name"] == "get_weather"

@@ -1,0 +1,61 @@
+"""The tools as the model reads them when its chat template shows none (SmolLM2's does not).
+
+vLLM hands ``tools`` to the chat template and nothing else; a template without a tools section leaves the model
+blind to them, so a call it is forced or allowed to make would be a guess. Here, when
+:func:`deployments.tokenizer.template_renders_tools` says the template ignores them, the system prompt gets
+:func:`tool_prompt`: the functions (name, description, parameters schema) and the form of a call this server's
+grammars accept (the "required" array, :mod:`openai_api.tools.grammar`), worded for the tool choice. A template that
+renders tools gets them the usual way and no text from here. The text is part of the prompt: it counts as input
+tokens (SmolLM2: about 65 plus about 67 per small tool, ``bench/tools_auto_cost.py``).
+"""
+
+from __future__ import annotations
+
+import json
+
+from django.conf import settings
+
+from deployments.tokenizer import template_renders_tools
+from openai_api.tools.parsing import ToolMode, ToolRequest
+
+CALL_FORM = '[{"name": "<function name>", "parameters": {<its arguments>}}]'
+
+
+def _listing(tools: ToolRequest) -> str:
+    lines = []
+    for tool in tools.tools:
+        function = tool["function"]
+        entry = {"name": function["name"]}
+        if function.get("description"):
+            entry["description"] = function["description"]
+        entry["parameters"] = function.get("parameters") or {"type": "object", "properties": {}}
+        lines.append(json.dumps(entry, ensure_ascii=False))
+    return "\n".join(lines)
+
+
+def tool_prompt(tools: ToolRequest) -> str | None:
+    """The instructions for ``tools`` (None: the tool choice allows no call, or there are no tools)."""
+    if not tools.tools or tools.mode is ToolMode.NONE:
+        return None
+    head = f"You can call these functions (each with the JSON schema of its parameters):\n{_listing(tools)}\n"
+    if tools.mode is ToolMode.NAMED:
+        return head + f"Call {tools.function_name}: answer with only its arguments, as one JSON object."
+    how = (
+        f"To call functions, answer with only a JSON array of calls and nothing else: {CALL_FORM}."
+        if tools.parallel_tool_calls
+        else f"To call a function, answer with only a JSON array holding one call and nothing else: {CALL_FORM}."
+    )
+    if tools.mode is ToolMode.REQUIRED:
+        return head + how + " You must call at least one of them."
+    return head + how + " If no function is needed, answer the user in plain text instead."
+
+
+def system_prompt_with_tools(system_prompt: str | None, tools: ToolRequest) -> str | None:
+    """The system prompt a run with ``tools`` is stored with: ``system_prompt`` (None: the server's default,
+    ``CHAT_SYSTEM_PROMPT``) followed by :func:`tool_prompt`, when the served model's template renders no tools;
+    else ``system_prompt`` unchanged. Call it with the request's deployment selected (``using_model``)."""
+    text = tool_prompt(tools)
+    if text is None or template_renders_tools():
+        return system_prompt
+    base = settings.CONTEXT.system_prompt if system_prompt is None else system_prompt
+    return f"{base.rstrip()}\n\n{text}" if base.strip() else text
