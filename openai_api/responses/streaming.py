@@ -61,11 +61,12 @@ class _Message:
         ]
 
     def delta(self, text: str) -> list[bytes]:
+        opening = self.open()  # first: the events' sequence numbers follow their order
         item_id = formats.message_id(self.record)
         delta = self.event(
             "response.output_text.delta", item_id=item_id, output_index=0, content_index=0, delta=text, logprobs=[]
         )
-        return [*self.open(), delta]
+        return [*opening, delta]
 
     def done(self, item: dict[str, Any]) -> list[bytes]:
         text = item["content"][0]["text"] if item["content"] else ""
