@@ -172,6 +172,8 @@ def rename_message_paths(text: str, translated: Translated) -> str:
         if j >= len(translated.origins):
             return match.group(0)
         origin = translated.origins[j]
+        if not origin.startswith("input["):  # a string input, the instructions, the continued output: one value
+            return origin
         if call and j in translated.call_origins and int(k) < len(translated.call_origins[j]):
             origin = translated.call_origins[j][int(k)]
             for old, new in _CALL_FIELDS.items():
