@@ -360,7 +360,9 @@ def parse_response_create(body: Any, *, previous: PreviousOutput | None = None) 
     if end_user is not None:
         chat_body["user"] = end_user
     if body.get("tools") is not None:
-        chat_body["tools"] = _tools(body["tools"])
+        tools = _tools(body["tools"])
+        if tools:  # an empty list asks for no tools (openai-agents sends one); chat completions refuses it
+            chat_body["tools"] = tools
     tool_choice = _tool_choice(body.get("tool_choice"))
     if tool_choice is not None:
         chat_body["tool_choice"] = tool_choice

@@ -144,3 +144,4 @@ def test_the_defaults_that_ask_for_nothing_are_accepted() -> None:
     )
     assert parsed.store is False and parsed.truncation == "auto"
     assert parse_response_create(body(reasoning={"effort": None})).chat.prompt == "hi"
+    assert parse_response_create(body(tools=[], include=[])).chat.tools.tools == []  # as openai-agents sends them
