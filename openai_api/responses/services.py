@@ -1,0 +1,140 @@
+"""Writes of ``/v1/responses``: a call is one API chat and one run, like a chat completion of one choice
+(``openai_api.services``), with a :class:`ResponseRecord` beside the run.
+
+- The chat always starts with a system message holding ``instructions`` (empty when none is given), so the
+  server's default system prompt is never added: the model sees the caller's instructions and messages only.
+- ``previous_response_id``: the continued response's conversation is copied into the new chat (its messages before
+  its answer, without its instructions, which OpenAI does not carry over), then its output as the assistant turn,
+  then the new input. A copy rather than a shared chat, so two responses may continue the same one.
+- ``truncation: "disabled"`` (OpenAI's default): a conversation that does not fit the context window whole is a 400
+  (the prompt planner would otherwise drop the oldest turns, which is what ``"auto"`` asks for).
+
+Everything is written in one transaction: a refused call leaves no row behind.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from accounts.limits import user_limits
+from accounts.models import User
+from chats.context import prompt_budget, rendered_token_count
+from chats.models import Chat, ChatOrigin, Message, MessageRole
+from core.errors import DomainError
+from deployments.selection import Served
+from deployments.tokenizer import count_tokens
+from openai_api.responses.formats import ID_PREFIX
+from openai_api.responses.models import ResponseRecord
+from openai_api.responses.requests import ResponseRequest
+from runs.models import Run
+from runs.services import SamplingRequest, chat_delete, run_create
+
+
+def new_response_id() -> str:
+    return ID_PREFIX + secrets.token_hex(24)
+
+
+def input_items_of(public_id: str, value: str | list[Any]) -> list[dict[str, Any]]:
+    """The input as items (a string is one user message), each with an id (its own, or one derived here)."""
+    suffix = public_id.removeprefix(ID_PREFIX)[:40]
+    if isinstance(value, str):
+        value = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": value}]}]
+    items: list[dict[str, Any]] = []
+    for index, item in enumerate(value):
+        kind = item.get("type", "message")
+        prefix = {"message": "msg", "function_call": "fc", "function_call_output": "fco"}.get(kind, "item")
+        items.append({"id": f"{prefix}_{suffix}{index:04x}", **item, "type": kind})
+    return items
+
+
+def _title(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0][:80] if lines else ""
+
+
+def _conversation(previous: ResponseRecord | None, request: ResponseRequest) -> list[tuple[str, str, int | None]]:
+    """``(role, content, token_count)`` of the turns before the new message: the continued chat's (their counts
+    known), then this request's history (counted here)."""
+    turns: list[tuple[str, str, int | None]] = []
+    if previous is not None:
+        run = previous.run
+        rows = (
+            Message.objects.filter(chat_id=run.chat_id, id__lte=run.user_message_id)
+            .exclude(role=MessageRole.SYSTEM)
+            .order_by("id")
+            .values_list("role", "content", "token_count")
+        )
+        turns.extend((role, content, tokens) for role, content, tokens in rows)
+    turns.extend((role, content, None) for role, content in request.chat.history)
+    return turns
+
+
+def _check_fits(*, user: User, request: ResponseRequest, turns: list[tuple[str, str, int | None]]) -> None:
+    """``truncation: "disabled"``: the whole conversation must fit the prompt budget, else a 400 (OpenAI's)."""
+    limits = user_limits(user=user)
+    asked = request.chat.sampling.max_tokens
+    max_tokens = asked if asked is not None else min(settings.CHAT_LIMITS.default_max_tokens, limits.max_output_tokens)
+    budget = prompt_budget(
+        context_limit_tokens=user.tier.context_limit_tokens,
+        max_model_len=settings.ENGINE.max_model_len,
+        max_tokens=max_tokens,
+    )
+    system = request.chat.system_prompt or ""
+    messages = [{"role": "system", "content": system}] if system else []
+    messages += [{"role": role, "content": content} for role, content, _ in turns]
+    messages.append({"role": request.chat.last_role, "content": request.chat.prompt})
+    tokens = rendered_token_count(messages)
+    if tokens > budget:
+        raise DomainError(
+            f"Your input is {tokens} tokens; at most {budget} fit with a {max_tokens}-token answer. Shorten the input, "
+            "ask for fewer max_output_tokens, or set truncation to 'auto' to drop the oldest turns.",
+            code="context_length_exceeded",
+        )
+
+
+def response_create(
+    *, user: User, request: ResponseRequest, deployment: Served, previous: ResponseRecord | None = None
+) -> ResponseRecord:
+    """The call's record and its queued run on ``deployment``; ``previous``: the record ``previous_response_id``
+    names (the caller's own, stored and done: see ``apis``)."""
+    chat_request = request.chat
+    sampling = chat_request.sampling
+    turns = _conversation(previous, request)
+    if request.truncation == "disabled":
+        _check_fits(user=user, request=request, turns=turns)
+    system = chat_request.system_prompt or ""
+    with transaction.atomic():
+        chat = Chat.objects.create(owner=user, title=_title(chat_request.prompt), origin=ChatOrigin.API)
+        rows = [Message(chat=chat, role=MessageRole.SYSTEM, content=system, token_count=count_tokens(system))]
+        rows += [
+            Message(chat=chat, role=role, content=content, token_count=count_tokens(content) if n is None else n)
+            for role, content, n in turns
+        ]
+        Message.objects.bulk_create(rows)  # in order: ids follow the conversation
+        run = run_create(
+            chat_id=chat.pk,
+            user=user,
+            content=chat_request.prompt,
+            sampling=SamplingRequest(max_tokens=sampling.max_tokens, spec=sampling.spec),
+            system_prompt=system,
+            tools=chat_request.tools.tools or None,
+            end_user=sampling.end_user,
+            prompt_role=MessageRole(chat_request.last_role),
+            deployment=deployment,
+        )
+        Run.objects.filter(pk=run.pk).update(metadata=request.metadata, store=request.store)
+        run.metadata, run.store = request.metadata, request.store
+        public_id = new_response_id()
+        record = ResponseRecord.objects.create(
+            public_id=public_id, run=run, request=request.echo, input_items=input_items_of(public_id, request.input)
+        )
+    return record
+
+
+def response_delete(*, record: ResponseRecord) -> None:
+    """Deletes the response: its chat, run and record (an unfinished run is cancelled first)."""
+    chat_delete(chat=record.run.chat)

@@ -1,0 +1,147 @@
+"""``POST /v1/responses`` bodies read into the chat-completion call they mean (no server needed)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from openai_api.errors import OpenAIRequestError
+from openai_api.responses.requests import PreviousOutput, parse_response_create
+from openai_api.tools.parsing import ToolMode
+
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+
+
+def body(**overrides: Any) -> dict[str, Any]:
+    return {"model": "m", "input": "hi", **overrides}
+
+
+def refusal(**overrides: Any) -> OpenAIRequestError:
+    with pytest.raises(OpenAIRequestError) as caught:
+        parse_response_create(body(**overrides))
+    return caught.value
+
+
+def test_a_string_input_with_instructions_and_the_sampling_parameters() -> None:
+    parsed = parse_response_create(
+        body(instructions="Be brief.", max_output_tokens=20, temperature=0, top_p=0.5, safety_identifier="u-1")
+    )
+    chat = parsed.chat
+    assert (chat.system_prompt, chat.history, chat.prompt, chat.last_role) == ("Be brief.", [], "hi", "user")
+    assert chat.sampling.max_tokens == 20 and chat.sampling.spec.temperature == 0.0 and chat.sampling.spec.top_p == 0.5
+    assert chat.sampling.end_user == "u-1"
+    assert parsed.store is True and parsed.metadata == {} and parsed.truncation == "disabled"
+    assert parsed.echo["instructions"] == "Be brief." and parsed.echo["tool_choice"] == "none"
+    # No instructions: no system prompt at all (the service stores an empty one, so no default is added).
+    assert parse_response_create(body()).chat.system_prompt is None
+
+
+def test_input_items_messages_parts_and_a_function_call_round_trip() -> None:
+    parsed = parse_response_create(
+        body(
+            input=[
+                {"role": "developer", "content": "Answer in French."},
+                {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Weather in Paris?"}]},
+                {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city":"Paris"}'},
+                {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
+            ],
+            tools=[WEATHER],
+            tool_choice="none",
+        )
+    )
+    chat = parsed.chat
+    assert chat.system_prompt == "Answer in French."
+    assert chat.history == [
+        ("user", "Weather in Paris?"),
+        ("assistant", '[{"name": "get_weather", "parameters": {"city": "Paris"}}]'),
+    ]
+    assert (chat.prompt, chat.last_role) == ("sunny", "tool")
+    assert chat.tools.tools[0]["function"]["name"] == "get_weather"
+
+
+def test_a_named_tool_choice_and_text_format_json_schema() -> None:
+    named = parse_response_create(body(tools=[WEATHER], tool_choice={"type": "function", "name": "get_weather"}))
+    assert named.chat.tools.mode is ToolMode.NAMED and named.echo["function_name"] == "get_weather"
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    structured = parse_response_create(body(text={"format": {"type": "json_schema", "name": "A", "schema": schema}}))
+    assert structured.chat.sampling.spec.structured_outputs == {"json": schema}
+    assert parse_response_create(body(text={"format": {"type": "json_object"}})).chat.sampling.spec.structured_outputs
+    assert parse_response_create(body(text={"format": {"type": "text"}})).chat.sampling.spec.structured_outputs is None
+
+
+def test_continuing_puts_the_previous_output_first() -> None:
+    previous = PreviousOutput(calls=[("call_x", "get_weather", '{"city":"Oslo"}')])
+    parsed = parse_response_create(
+        body(
+            input=[{"type": "function_call_output", "call_id": "call_x", "output": "snow"}],
+            tools=[WEATHER],
+            tool_choice="none",
+        ),
+        previous=previous,
+    )
+    assert parsed.continues and parsed.new_history == []
+    assert parsed.chat.history == [("assistant", '[{"name": "get_weather", "parameters": {"city": "Oslo"}}]')]
+    # An output answering no call of the previous response is refused, named as the client sent it.
+    with pytest.raises(OpenAIRequestError) as caught:
+        parse_response_create(
+            body(input=[{"type": "function_call_output", "call_id": "call_y", "output": "snow"}]), previous=previous
+        )
+    assert caught.value.param == "input[0].call_id"
+
+
+def test_metadata_is_checked_like_openai() -> None:
+    assert parse_response_create(body(metadata={"k": "v"})).metadata == {"k": "v"}
+    assert refusal(metadata={f"k{i}": "v" for i in range(17)}).param == "metadata"
+    assert refusal(metadata={"k" * 65: "v"}).param == "metadata"
+    assert refusal(metadata={"k": "v" * 513}).param == "metadata.k"
+    assert refusal(metadata={"k": 1}).param == "metadata.k"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "param", "code"),
+    [
+        ({"reasoning": {"effort": "high"}}, "reasoning.effort", "unsupported_parameter"),
+        ({"background": True}, "background", "unsupported_parameter"),
+        ({"include": ["reasoning.encrypted_content"]}, "include", "unsupported_parameter"),
+        ({"tools": [{"type": "web_search"}]}, "tools[0].type", "unsupported_parameter"),
+        ({"text": {"verbosity": "high"}}, "text.verbosity", "unsupported_parameter"),
+        ({"frobnicate": 1}, "frobnicate", "unknown_parameter"),
+        ({"seed": 1}, "seed", "unknown_parameter"),
+        ({"input": [{"type": "input_image", "image_url": "x"}]}, "input[0].type", "unsupported_parameter"),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
+            "input[0].content[0].type",
+            "unsupported_parameter",
+        ),
+        ({"input": [{"role": "robot", "content": "x"}]}, "input[0].role", None),
+        ({"input": []}, "input", None),
+        ({"input": "  "}, "input", None),
+        ({"instructions": "\x00"}, "instructions", "invalid_text"),
+        ({"max_output_tokens": 0}, "max_output_tokens", None),
+        ({"tools": [{**WEATHER, "name": "bad name"}]}, "tools[0].name", None),
+        ({"text": {"format": {"type": "json_schema", "name": "A"}}}, "text.format.schema", "invalid_structured_output"),
+        ({"truncation": "sometimes"}, "truncation", None),
+        ({"store": "yes"}, "store", None),
+    ],
+)
+def test_refusals_name_the_parameter_as_sent(overrides: dict[str, Any], param: str, code: str | None) -> None:
+    error = refusal(**overrides)
+    assert (error.param, error.code, error.status) == (param, code, 400), error.message
+    assert "messages[" not in error.message and "max_completion_tokens" not in error.message
+    if code == "unsupported_parameter" and "input" not in param and "tools" not in param:
+        assert error.message == f"Unsupported parameter: '{param}' is not supported with this model."
+
+
+def test_the_defaults_that_ask_for_nothing_are_accepted() -> None:
+    parsed = parse_response_create(
+        body(reasoning={}, background=False, include=[], store=False, truncation="auto", service_tier="auto")
+    )
+    assert parsed.store is False and parsed.truncation == "auto"
+    assert parse_response_create(body(reasoning={"effort": None})).chat.prompt == "hi"
+    assert parse_response_create(body(tools=[], include=[])).chat.tools.tools == []  # as openai-agents sends them
