@@ -90,8 +90,10 @@ def tied_children(*, owner: str | None = None) -> Iterator[None]:
     """Within the block, processes started through ``multiprocessing`` (spawn or fork) die with their parent and
     carry ``owner`` (:func:`owner_token` of this process by default) in :data:`OWNER_ENV`. Only the block's own
     children are marked: the variable is restored afterwards."""
-    contexts = [(multiprocessing.get_context("spawn"), _TiedSpawnProcess)]
-    contexts.append((multiprocessing.get_context("fork"), _TiedForkProcess))
+    contexts: list[tuple[Any, type]] = [
+        (multiprocessing.get_context("spawn"), _TiedSpawnProcess),
+        (multiprocessing.get_context("fork"), _TiedForkProcess),
+    ]
     previous = os.environ.get(OWNER_ENV)
     os.environ[OWNER_ENV] = owner or owner_token(os.getpid())
     for context, process_class in contexts:
