@@ -20,11 +20,19 @@ Faults:
 - ``disconnects``: every client hangs up at random points (after a random number of events, or of bytes, so
   also in the middle of an event) and resumes;
 - ``web_kill``: ``kill -9`` of the web process while every client streams, then the same command again;
-- ``worker_kill``: two workers; ``kill -9`` of the one streaming more runs. Its runs are requeued by the reaper
-  (its leases vanish ``WORKER_HEARTBEAT_TTL_S`` after its last heartbeat) and finish on the other worker;
+- ``worker_kill``: two workers; ``kill -9`` of the one streaming more runs (and its time to next token). Its runs
+  are requeued by the reaper (its leases vanish ``WORKER_HEARTBEAT_TTL_S`` after its last heartbeat) and finish on
+  the other worker;
 - ``redis_restart``: ``SHUTDOWN`` of the suite's Redis mid-stream (runs streaming and runs queued), a second
   down, then ``redis-server`` again on the same port with the same append-only file;
-- ``postgres_restart``: ``pg_ctl restart -m fast`` of the suite's Postgres mid-stream.
+- ``postgres_restart``: ``pg_ctl restart -m fast`` of the suite's Postgres mid-stream;
+- ``worker_kill_single``: one worker, ``kill -9`` of its main process, started again a second later: the time to
+  next token of its runs (compare ``worker_kill``'s two workers);
+- ``outage_sweep``: every URL pattern (a GET and a POST each) during a ``CLIENT PAUSE`` of Redis and a ``pg_ctl
+  stop`` of Postgres; its 5xx column counts the answers of 500 or more other than 503.
+
+Both worker faults kill the main process alone (an outside ``kill PID``), then run the engine-orphan check: no
+process of its session, and none marked as its engine (``CHAT_ENGINE_OWNER``), may be left 5 s later.
 
 For each fault it prints one row of a Markdown table (runs tried, texts exact, tokens lost, tokens duplicated,
 duplicate assistant messages, runs stuck, 5xx seen by clients, time to recover) and notes on what happened
@@ -70,11 +78,21 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.lib.processes import celery_worker_argv, free_port  # noqa: E402
+from bench.lib.url_sweep import body_for, fill  # noqa: E402
+from inference_workers.engine.lifeline import engine_processes  # noqa: E402
 
 PG_BIN = Path(os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin"))
 PYTHON = str(ROOT / ".venv" / "bin" / "python")
 UVICORN = str(ROOT / ".venv" / "bin" / "uvicorn")
-FAULTS = ("disconnects", "web_kill", "worker_kill", "redis_restart", "postgres_restart")
+FAULTS = (
+    "disconnects",
+    "web_kill",
+    "worker_kill",
+    "worker_kill_single",
+    "redis_restart",
+    "postgres_restart",
+    "outage_sweep",
+)
 USERS = 8
 TERMINAL = {"done", "cancelled", "failed"}
 
@@ -135,6 +153,14 @@ class Supervisor:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
         proc.wait(timeout=30)
+
+    def kill_main(self, name: str) -> int:
+        """SIGKILL to the process alone, not its group (what an outside ``kill -9 PID`` does); returns its pid."""
+        proc = self.procs[name]
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        return proc.pid
 
     def stop(self, name: str, *, grace_s: float = 10) -> None:
         proc = self.procs.pop(name, None)
@@ -428,6 +454,7 @@ class Follow:
     workers: list[str] = field(default_factory=list)
     event_times: list[float] = field(default_factory=list)  # monotonic arrival time of every event with an id
     deltas: int = 0
+    delta_times: list[float] = field(default_factory=list)  # monotonic arrival time of every delta
     reconnects: list[float] = field(default_factory=list)  # hang-up (or drop) to the next first event
     errors: list[str] = field(default_factory=list)
 
@@ -510,6 +537,7 @@ def follow_run(base_url: str, follow: Follow, counters: Counters, *, deadline: f
                         elif event == "delta":
                             follow.text += data["text"]
                             follow.deltas += 1
+                            follow.delta_times.append(now)
                         elif event == "status" and data.get("worker"):
                             follow.workers.append(str(data["worker"]))
                         elif event in ("done", "error"):
@@ -770,6 +798,55 @@ def log_notes(supervisor: Supervisor, stack: Stack) -> list[str]:
     return notes
 
 
+# -- what a killed process leaves ------------------------------------------------------------------------------
+
+
+def session_leftovers(sid: int) -> list[tuple[int, str, int]]:
+    """(pid, command, RSS bytes) of every live process still in session ``sid`` (each process the suite starts
+    leads a session of its own: its children stay in it, even once PID 1 adopts them)."""
+    left = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            rss = int((entry / "statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, IndexError, ValueError):
+            continue
+        if int(fields[3]) == sid and fields[0] not in ("Z", "X"):
+            left.append((int(entry.name), command[:60], rss))
+    return left
+
+
+def orphan_check(pid: int, *, within_s: float = 5.0) -> str:
+    """The engine-orphan check after a worker's main process ``pid`` was killed: within ``within_s`` no process
+    of its session may be left (vLLM's engine core and workers die with it: inference_workers/engine/lifeline.py),
+    and none marked as its engine either. A note saying what was found."""
+    deadline = time.monotonic() + within_s
+    left = session_leftovers(pid)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = session_leftovers(pid)
+    marker = [p for p in engine_processes() if p.owner.split(":")[0] == str(pid)]
+    if not left and not marker:
+        return f"engine-orphan check: nothing of the killed worker (pid {pid}) left {within_s:.0f} s after the kill"
+    rss = sum(r for _, _, r in left) + sum(p.rss_bytes for p in marker)
+    names = ", ".join(sorted({c for _, c, _ in left} | {p.name for p in marker}))
+    count = len(left) + len(marker)
+    return f"engine-orphan check FAILED: {count} processes of pid {pid} left ({rss / 1e9:.2f} GB): {names}"
+
+
+def next_token_after(follows: list[Follow], t: float) -> list[float]:
+    """Seconds from ``t`` to each client's first delta after it (runs that never got one are left out)."""
+    gaps = []
+    for f in follows:
+        after = [d for d in f.delta_times if d > t]
+        if after:
+            gaps.append(after[0] - t)
+    return sorted(gaps)
+
+
 # -- the faults ------------------------------------------------------------------------------------------------
 
 
@@ -956,9 +1033,16 @@ def fault_worker_kill(ctx: Context, result: FaultResult) -> None:
         affected = on[victim]
         index = stack.workers.index(victim) + 1
         killed_at = time.monotonic()
-        ctx.supervisor.kill(stack.name(f"w{index}"))
+        pid = ctx.supervisor.kill_main(stack.name(f"w{index}"))
         log(f"worker_kill: killed {victim} streaming {len(affected)} runs")
+        result.notes.append(orphan_check(pid))
         join_all(threads, deadline)
+        gaps = next_token_after(affected, killed_at)
+        if gaps:
+            result.notes.append(
+                f"time to next token after the kill (two workers): {gaps[len(gaps) // 2]:.1f} s median, "
+                f"{gaps[-1]:.1f} s max, over {len(gaps)}/{len(affected)} affected runs"
+            )
         ends = [f.ended_at for f in affected if f.ended == "done" and f.ended_at is not None]
         result.recover_s = max(ends) - killed_at if ends and len(ends) == len(affected) else None
         result.recover_what = "kill to the last affected run done"
@@ -1055,6 +1139,140 @@ def fault_postgres_restart(ctx: Context, result: FaultResult) -> None:
     _restart_fault(ctx, result, "postgres_restart", ctx.postgres.restart)
 
 
+def fault_worker_kill_single(ctx: Context, result: FaultResult) -> None:
+    """One worker, ``kill -9`` of its main process, started again a second later (supervisord's first backoff):
+    the time to next token of its runs is the lease TTL, the restart and, on a real engine, the engine's build
+    (about 40 s on these CPUs; the simulated engine builds at once). Compare ``worker_kill``'s two workers."""
+    n = 4
+    stack = ctx.new_stack("worker_kill_single", workers=1, slots=4, env={"SIM_OUTPUT_TOKENS": "160"})
+    counters = Counters()
+    follows: list[Follow] = []
+    try:
+        deadline = ctx.budget.until(150)
+        follows += _post_wave(ctx, stack, counters, n, deadline=deadline)
+        threads = run_clients(stack.base_url, follows, counters, deadline=deadline)
+        wait_for(lambda: sum(f.deltas >= 3 for f in follows) >= n, deadline=ctx.budget.until(40))
+        affected = [f for f in follows if not f.ended]
+        killed_at = time.monotonic()
+        pid = ctx.supervisor.kill_main(stack.name("w1"))
+        log(f"worker_kill_single: killed the only worker streaming {len(affected)} runs")
+        result.notes.append(orphan_check(pid))
+        time.sleep(1.0)
+        ctx.supervisor.spawn(
+            stack.name("w1"),
+            celery_worker_argv(name=stack.workers[0], concurrency=4),
+            dict(stack.env, ENGINE_MAX_NUM_SEQS="4"),
+        )
+        join_all(threads, deadline)
+        gaps = next_token_after(affected, killed_at)
+        result.recover_s = gaps[-1] if gaps and len(gaps) == len(affected) else None
+        result.recover_what = "kill to the last affected run's next token (one worker, restarted after 1 s)"
+        if gaps:
+            result.notes.append(
+                f"time to next token after the kill (one worker, restarted): {gaps[len(gaps) // 2]:.1f} s median, "
+                f"{gaps[-1]:.1f} s max, over {len(gaps)}/{len(affected)} affected runs"
+            )
+        _wait_runs_ended(stack, follows, counters, deadline=ctx.budget.until(30))
+        result.add(_account_all(stack, follows, counters, deadline=ctx.budget.until(60)))
+    finally:
+        close_fault(ctx, stack, result, counters, follows)
+
+
+def sweep_templates(env: dict[str, str]) -> list[tuple[str, str]]:
+    """Every URL pattern as (method, template) (``bench.lib.url_sweep``, run with the stack's settings)."""
+    out = _run_quiet([PYTHON, "-m", "bench.lib.url_sweep"], env=env, timeout=120)
+    return [(m, t) for m, t in json.loads(out)]
+
+
+def outage_sweep(base_url: str, templates: list[tuple[str, str]], ids: dict[str, Any]) -> dict[str, int]:
+    """One request per (method, template) with ``ids`` filled in; returns ``"METHOD template" -> status``
+    (599: no answer within 30 s). A streaming answer (SSE) counts by its status line."""
+    statuses = {}
+    headers_of = {
+        "Token": {"Authorization": f"Token {ids['token']}"},
+        "Bearer": {"Authorization": f"Bearer {ids['token']}"},
+    }
+    with httpx.Client(base_url=base_url, timeout=30) as client:
+        for method, template in templates:
+            path = fill(template, **ids)
+            headers = headers_of["Bearer" if template.startswith("/v1/") else "Token"]
+            body = body_for(template, model=ids["model"]) if method == "POST" else None
+            try:
+                with client.stream(method, path, json=body, headers=headers) as answer:
+                    statuses[f"{method} {template}"] = answer.status_code
+            except httpx.HTTPError:
+                statuses[f"{method} {template}"] = 599
+    return statuses
+
+
+def fault_outage_sweep(ctx: Context, result: FaultResult) -> None:
+    """Every URL pattern (GET and POST) while Redis is paused (``CLIENT PAUSE``: commands wait, only the socket
+    timeout ends them) and while Postgres is stopped: each must answer a 4xx or 503, never another 5xx."""
+    pause_s = 40
+    stack = ctx.new_stack(
+        "outage_sweep", workers=1, slots=4, env={"REDIS_SOCKET_TIMEOUT_S": "1", "DB_POOL_TIMEOUT_S": "2"}
+    )
+    counters = Counters()
+    follows: list[Follow] = []
+    try:
+        deadline = ctx.budget.until(60)
+        follows += _post_wave(ctx, stack, counters, 1, deadline=deadline)
+        idle = api_call(
+            counters, "POST", f"{stack.base_url}/api/chats", token=ctx.tokens[0], deadline=deadline, body={}
+        )
+        models = api_call(counters, "GET", f"{stack.base_url}/api/models", token=ctx.tokens[0], deadline=deadline)
+        model = str(models.json().get("default") or "")
+        ids = {"token": ctx.tokens[0], "chat_id": idle.json()["id"], "run_id": follows[0].run_id, "model": model}
+        templates = sweep_templates(stack.env)
+        bad: dict[str, list[str]] = {}
+        counts: dict[str, dict[int, int]] = {}
+        for outage in ("redis paused", "postgres stopped"):
+            if outage == "redis paused":
+                ctx.redis.client().execute_command("CLIENT", "PAUSE", str(pause_s * 1000))
+            else:
+                ctx.postgres.stop()
+            started = time.monotonic()
+            try:
+                statuses = outage_sweep(stack.base_url, templates, ids)
+            finally:
+                if outage == "postgres stopped":
+                    ctx.postgres.start()
+                    wait_for(lambda: _web_ready(stack), deadline=ctx.budget.until(30), step=0.5)
+            took = time.monotonic() - started
+            bad[outage] = [f"{k} {v}" for k, v in statuses.items() if v >= 500 and v != 503]
+            counts[outage] = {}
+            for code in statuses.values():
+                counts[outage][code] = counts[outage].get(code, 0) + 1
+            result.notes.append(
+                f"{outage}: {len(statuses)} requests in {took:.0f} s: "
+                + ", ".join(f"{n}x {code}" for code, n in sorted(counts[outage].items()))
+                + (f"; 5xx other than 503: {', '.join(bad[outage])}" if bad[outage] else "; no 5xx but 503")
+            )
+            if outage == "redis paused":
+                wait_for(lambda: _redis_answers(ctx), deadline=ctx.budget.until(pause_s + 5), step=0.5)
+        result.five_xx = sum(len(v) for v in bad.values())
+        # The one run posted gives the sweep a run id; no client follows it, so it is not accounted as one.
+        result.recover_what = "no figure: the sweep counts the 5xx other than 503 (the 5xx column)"
+    finally:
+        sweep_five_xx = result.five_xx
+        close_fault(ctx, stack, result, counters, follows)
+        # The column counts the sweep's 5xx other than 503; the clients' 503s while the outage lasted are expected.
+        result.five_xx = sweep_five_xx
+
+
+def _web_ready(stack: Stack) -> bool:
+    with contextlib.suppress(httpx.HTTPError):
+        return httpx.get(stack.base_url + "/readyz", timeout=5).status_code == 200
+    return False
+
+
+def _redis_answers(ctx: Context) -> bool:
+    try:
+        return bool(ctx.redis.client().ping())
+    except redis.RedisError:
+        return False
+
+
 FAULT_FUNCTIONS: dict[str, Callable[[Context, FaultResult], None]] = {
     "disconnects": fault_disconnects,
     "web_kill": fault_web_kill,
@@ -1062,6 +1280,8 @@ FAULT_FUNCTIONS: dict[str, Callable[[Context, FaultResult], None]] = {
     "redis_restart": fault_redis_restart,
     "postgres_restart": fault_postgres_restart,
     "redis_kill": fault_redis_kill,
+    "worker_kill_single": fault_worker_kill_single,
+    "outage_sweep": fault_outage_sweep,
 }
 MIN_SECONDS = {
     "disconnects": 40,
@@ -1070,6 +1290,8 @@ MIN_SECONDS = {
     "redis_restart": 60,
     "postgres_restart": 60,
     "redis_kill": 60,
+    "worker_kill_single": 60,
+    "outage_sweep": 150,
 }
 """A fault is skipped when less than this is left of ``--max-seconds``."""
 

@@ -354,3 +354,25 @@ def scheduler_config_from_env() -> SchedulerConfig:
         queue_retry_after_s=env.float("ADMISSION_QUEUE_RETRY_AFTER_S", default=10.0),
         concurrency_retry_after_s=env.float("ADMISSION_CONCURRENCY_RETRY_AFTER_S", default=5.0),
     )
+
+
+@dataclass(frozen=True)
+class OutageConfig:
+    """How a process behaves while Redis or Postgres does not answer (docs/operations.md, "Outages")."""
+
+    redis_socket_timeout_s: float
+    """Seconds a Redis command waits for its answer before it fails: a paused (``CLIENT PAUSE``) or stalled server
+    then costs a request this long and a 503, never a hang. Blocking reads wait less than this (the dispatcher's
+    wake-up wait is ``SCHED_TICK_S``); the SSE relay's own ``XREAD BLOCK`` connection has no timeout."""
+    redis_connect_timeout_s: float
+    """Seconds a new Redis connection may take to open."""
+    retry_after_s: int
+    """``Retry-After`` (seconds) of the 503 that any request gets while Redis or Postgres is unreachable."""
+
+
+def outage_config_from_env() -> OutageConfig:
+    return OutageConfig(
+        redis_socket_timeout_s=env.float("REDIS_SOCKET_TIMEOUT_S", default=5.0),
+        redis_connect_timeout_s=env.float("REDIS_CONNECT_TIMEOUT_S", default=5.0),
+        retry_after_s=env.int("OUTAGE_RETRY_AFTER_S", default=5),
+    )

@@ -1,21 +1,39 @@
-"""Turns domain errors and malformed requests into clear 4xx JSON answers.
+"""Turns domain errors and malformed requests into clear 4xx JSON answers, and an outage of Redis or Postgres
+into a 503 with ``Retry-After`` (never a 500).
 
-Every error body has one shape: ``{"error": {"code": str, "message": str, "fields"?: {...}}}``.
+Every error body has one shape: ``{"error": {"code": str, "message": str, "fields"?: {...}}}``; under ``/v1/``
+OpenAI's (``message``, ``type``, ``param``, ``code``).
 """
 
 from __future__ import annotations
 
+import logging
+import sys
 from typing import Any
 
+import redis
+from django.conf import settings
 from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.utils.deprecation import MiddlewareMixin
 from django.views import defaults
 from drf_spectacular.utils import OpenApiResponse, inline_serializer
 from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
+from core.db_executor import CONNECTION_ERRORS
 from core.http.json_body import JsonBodyError, too_large
+
+logger = logging.getLogger(__name__)
+
+REDIS_OUTAGE_ERRORS: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError, redis.ReadOnlyError)
+"""Redis not answering: refused or dropped connections, a command past ``REDIS_SOCKET_TIMEOUT_S`` (a paused or
+stalled server), a server still loading its data (``BusyLoadingError`` is a ``ConnectionError``), a replica that
+refuses writes during a failover."""
+OUTAGE_ERRORS: tuple[type[Exception], ...] = (*REDIS_OUTAGE_ERRORS, *CONNECTION_ERRORS)
+"""Everything that means a backing service is out (Django's ``OperationalError``/``InterfaceError``: Postgres
+unreachable, a dropped connection, the pool's timeout) rather than a fault of the request or of the code."""
 
 
 class DomainError(Exception):
@@ -137,7 +155,46 @@ def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
     return answer if answer is not None else defaults.page_not_found(request, exception)
 
 
+# -- outages --------------------------------------------------------------------------------------------------
+
+
+def outage_response(request: HttpRequest, exc: Exception) -> HttpResponse:
+    """The 503 for a request that met an outage of Redis or Postgres: JSON on the APIs (OpenAI's shape under
+    ``/v1/``), plain text elsewhere (pages, ``/metrics``), ``Retry-After`` always."""
+    redis_down = isinstance(exc, REDIS_OUTAGE_ERRORS)
+    service, code = ("Redis", "redis_unavailable") if redis_down else ("The database", "database_unavailable")
+    retry_after = settings.OUTAGES.retry_after_s
+    message = f"{service} is not answering (an outage or a restart); try again in {retry_after} s."
+    answer: HttpResponse | None = _json_error(request, status=503, code=code, message=message)
+    if answer is None:
+        answer = HttpResponse(message + "\n", status=503, content_type="text/plain; charset=utf-8")
+    answer["Retry-After"] = str(retry_after)
+    return answer
+
+
+class BackendOutageMiddleware(MiddlewareMixin):
+    """The one place an outage becomes a 503: any view (DRF re-raises what its handler does not map, the async
+    views of the streams and ``/v1`` raise as they are) that raises one of :data:`OUTAGE_ERRORS`."""
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if not isinstance(exception, OUTAGE_ERRORS):
+            return None
+        logger.warning(
+            "%s %s: backing service unavailable (%s: %s); 503",
+            request.method,
+            request.path,
+            type(exception).__name__,
+            exception,
+        )
+        return outage_response(request, exception)
+
+
 def server_error(request: HttpRequest) -> HttpResponse:
-    """``handler500``: JSON on the APIs, Django's page elsewhere. The exception is logged by Django."""
+    """``handler500``: JSON on the APIs, Django's page elsewhere. The exception is logged by Django. An outage met
+    outside a view (a middleware's own query) is still a 503 where Django hands the exception over: on the
+    synchronous path ``handler500`` runs inside Django's ``except``, so ``sys.exc_info()`` holds it."""
+    exc = sys.exc_info()[1]
+    if isinstance(exc, OUTAGE_ERRORS):
+        return outage_response(request, exc)
     answer = _json_error(request, status=500, code="server_error", message="Internal server error.")
     return answer if answer is not None else defaults.server_error(request)

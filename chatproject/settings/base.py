@@ -14,6 +14,7 @@ from core.config import (
     deployment_config_from_env,
     engine_config_from_env,
     env,
+    outage_config_from_env,
     scheduler_config_from_env,
     stream_config_from_env,
     worker_config_from_env,
@@ -54,6 +55,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "core.request_id.RequestIdMiddleware",  # first: every later step's log lines carry the request's id
+    "core.errors.BackendOutageMiddleware",  # a Redis or Postgres outage met by any view: 503 + Retry-After
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -168,6 +170,7 @@ WORKERS = worker_config_from_env()
 SCHEDULER = scheduler_config_from_env()
 parse_gates(SCHEDULER.gates_spec)  # a malformed SCHED_GATES fails at start, not when the dispatcher builds
 CONTEXT = context_config_from_env()
+OUTAGES = outage_config_from_env()
 
 # One stderr handler for every process (web, dispatcher, workers: see chatproject/celery.py); docs/operations.md "Logs".
 LOG_FORMAT = env.str("LOG_FORMAT", default="plain")

@@ -28,6 +28,7 @@ from inference_workers.engine.base import (
     logprob_entry,
 )
 from inference_workers.engine.constraints import engine_logits_processors
+from inference_workers.engine.lifeline import reap_orphaned_engines, tied_children
 
 logger = logging.getLogger(__name__)
 
@@ -163,7 +164,11 @@ class VllmEngine:
             "building vLLM engine: %s",
             json.dumps({"model": cfg.model_path, "dtype": args.dtype, "engine_args": cfg.engine_args}, default=str),
         )
-        self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[_make_stat_logger(self._sink)])
+        # An engine left by a worker killed before these guards (or in the race they leave) goes first; then
+        # vLLM's engine core and its workers are started tied to this process (see lifeline's doc).
+        reap_orphaned_engines()
+        with tied_children():
+            self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[_make_stat_logger(self._sink)])
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationDelta]:
         """Deltas of one request; raises :class:`EngineDead` when vLLM's engine core has died (every request

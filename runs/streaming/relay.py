@@ -165,7 +165,13 @@ class StreamRelay:
         # Replays and CLIENT UNBLOCK go through a small pool; a burst of joins waits for a free connection.
         self.commands = aioredis.Redis(
             connection_pool=aioredis.BlockingConnectionPool.from_url(
-                redis_url, decode_responses=True, max_connections=32, timeout=30
+                redis_url,
+                decode_responses=True,
+                max_connections=32,
+                timeout=30,
+                # A paused or stalled Redis fails a stream's opening read in seconds (a 503), never hangs it.
+                socket_timeout=settings.OUTAGES.redis_socket_timeout_s,
+                socket_connect_timeout=settings.OUTAGES.redis_connect_timeout_s,
             )
         )
 

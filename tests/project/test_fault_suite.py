@@ -74,3 +74,23 @@ def test_a_redis_restart_and_a_killed_worker_lose_nothing(tmp_path: Path) -> Non
             name,
             report,
         )
+    # The worker's main process alone was killed: nothing of it may be left (inference_workers/engine/lifeline.py).
+    assert any(n.startswith("engine-orphan check: nothing") for n in figures["worker_kill"]["notes"]), report
+
+
+@pytest.mark.live
+def test_the_outage_sweep_sees_no_5xx_but_503(tmp_path: Path) -> None:
+    """Every URL pattern during a Redis pause and a Postgres stop of the suite's servers (about 3 minutes)."""
+    missing = _missing_servers()
+    if missing:
+        pytest.skip(missing)
+    out = tmp_path / "figures.json"
+    argv = [sys.executable, str(SUITE), "--fault", "outage_sweep", "--max-seconds", "300"]
+    argv += ["--json", str(out), "--log-dir", str(ROOT / "artifacts" / "fault-suite-test-sweep")]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=420)
+    report = done.stdout + done.stderr
+    assert done.returncode == 0, report
+    [figures] = json.loads(out.read_text())
+    assert not figures["skipped"] and figures["five_xx"] == 0, report
+    sweeps = [n for n in figures["notes"] if n.startswith(("redis paused:", "postgres stopped:"))]
+    assert len(sweeps) == 2 and all("no 5xx but 503" in n and "x 503" in n for n in sweeps), report
