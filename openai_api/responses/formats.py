@@ -45,12 +45,20 @@ class Call:
     arguments: str
 
 
+def tool_names(record: ResponseRecord) -> list[str]:
+    """The declared function tools' names (a call cut short inside its name is named when they leave one)."""
+    return [str(t.get("name")) for t in record.request.get("tools") or [] if isinstance(t, dict)]
+
+
 def calls_of(record: ResponseRecord, text: str) -> list[Call]:
-    """The function calls an answer holds (a forced tool's), empty for a plain answer."""
+    """The function calls an answer holds: a forced tool's, or an "auto" answer that chose a call (it starts with
+    ``[``, ``openai_api.tools.grammar``); empty for a plain answer. A call cut short keeps its arguments so far."""
     mode = tool_mode(record)
-    if mode not in (ToolMode.NAMED, ToolMode.REQUIRED):
+    if mode not in (ToolMode.NAMED, ToolMode.REQUIRED, ToolMode.AUTO):
         return []
-    found = tool_calls_from_text(mode, record.request.get("function_name"), text)
+    found = tool_calls_from_text(mode, record.request.get("function_name"), text, names=tool_names(record))
+    if not record.request.get("parallel_tool_calls", True):
+        found = found[:1]
     return [Call(name=c["function"]["name"], arguments=c["function"]["arguments"]) for c in found]
 
 

@@ -2,8 +2,8 @@
 
 ``response.created``, ``response.in_progress``; for a message ``response.output_item.added``,
 ``response.content_part.added``, ``response.output_text.delta``..., ``response.output_text.done``,
-``response.content_part.done``, ``response.output_item.done``; for function calls (a forced tool) one
-``response.output_item.added`` per call, ``response.function_call_arguments.delta``...,
+``response.content_part.done``, ``response.output_item.done``; for function calls (a forced tool, or an "auto"
+answer that starts a call) one ``response.output_item.added`` per call, ``response.function_call_arguments.delta``...,
 ``response.function_call_arguments.done`` and ``response.output_item.done``; then ``response.completed`` (or
 ``response.incomplete`` when ``max_output_tokens`` cut it, ``error`` then ``response.failed`` when the run failed).
 Every event has its ``sequence_number``. The final events carry the answer as stored in Postgres.
@@ -18,6 +18,7 @@ from typing import Any
 from openai_api.responses import formats
 from openai_api.responses.models import ResponseRecord
 from openai_api.streaming import KEEPALIVE, Completion, follow_run
+from openai_api.tools.grammar import starts_a_call
 from openai_api.tools.parsing import ToolMode
 from openai_api.tools.streaming import ToolCallStream
 
@@ -157,9 +158,10 @@ async def response_events(record: ResponseRecord, *, reload: Reload) -> AsyncIte
                 mode,
                 record.request.get("function_name"),
                 parallel_tool_calls=bool(record.request.get("parallel_tool_calls", True)),
+                names=formats.tool_names(record),
             ),
         )
-        if mode in (ToolMode.NAMED, ToolMode.REQUIRED)
+        if mode in (ToolMode.NAMED, ToolMode.REQUIRED, ToolMode.AUTO)
         else None
     )
     message = _Message(record, event)
@@ -168,6 +170,9 @@ async def response_events(record: ResponseRecord, *, reload: Reload) -> AsyncIte
         if piece is None:
             yield KEEPALIVE
             continue
+        if calls is not None and mode is ToolMode.AUTO and not calls.stream.text and piece.text:
+            if not starts_a_call(piece.text):
+                calls = None  # "auto" chose text: the first character decides (openai_api.tools.grammar)
         for frame in calls.feed(piece.text) if calls is not None else message.delta(piece.text):
             yield frame
     final = await reload()

@@ -135,3 +135,68 @@ def test_an_openai_agents_agent_with_its_default_responses_model(live_stack: Liv
     typed = Agent(name="city", instructions="Name a city.", model=model, model_settings=settings, output_type=City)
     city = Runner.run_sync(typed, "Name a big city in Japan.").final_output
     assert isinstance(city, City) and city.name and city.country
+
+
+def _auto_items(output: list[Any]) -> list[tuple[str, str]]:
+    """Each item as (type, text or arguments), checked against what "auto" allows: one message whose text does not
+    start a call, or function calls whose arguments validate against the tool's schema."""
+    if output[0].type == "message":
+        (message,) = output
+        text = message.content[0].text
+        assert not text.startswith("[")
+        return [("message", text)]
+    for item in output:
+        assert item.type == "function_call" and item.name == "get_weather"
+        jsonschema.validate(json.loads(item.arguments), WEATHER["parameters"])
+    return [("function_call", item.arguments) for item in output]
+
+
+def test_tools_with_the_default_tool_choice_auto_answer_text_or_a_valid_call_streamed_or_not(
+    live_stack: LiveStack,
+) -> None:
+    """No ``tool_choice`` with tools is "auto" (openai-agents' default): the grammar lets the model answer or call."""
+    client = client_for(live_stack, roomy_user())
+    for question in (QUESTION, "Say hello in French."):
+        asked = respond(client, input=question, tools=[WEATHER], max_output_tokens=60, temperature=0)
+        assert asked.tool_choice == "auto"
+        items = _auto_items(asked.output)
+        events = list(
+            respond(client, input=question, tools=[WEATHER], max_output_tokens=60, temperature=0, stream=True)
+        )
+        final = events[-1].response  # type: ignore[union-attr]
+        assert _auto_items(final.output) == items  # greedy: the same answer, streamed
+        if items[0][0] == "function_call":
+            deltas = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
+            assert deltas == "".join(arguments for _, arguments in items)
+            assert not any(e.type == "response.output_text.delta" for e in events)
+        else:
+            text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+            assert text == items[0][1]
+
+
+def test_an_openai_agents_agent_with_a_function_tool_runs_to_a_final_output(live_stack: LiveStack) -> None:
+    """openai-agents sends ``tool_choice`` unset (auto) with its tools; whether the model calls the tool (the agent
+    runs it and asks again) or answers, the run ends with a final output and no error."""
+    from agents import Agent, ModelSettings, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
+
+    set_tracing_disabled(True)
+    calls: list[str] = []
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        calls.append(city)
+        return "sunny, 21 C"
+
+    key = Token.objects.create(user=roomy_user()).key
+    client = openai.AsyncOpenAI(base_url=live_stack.url("/v1"), api_key=key, max_retries=0, timeout=180)
+    model = OpenAIResponsesModel(model=MODEL, openai_client=client)
+    agent = Agent(
+        name="weather",
+        instructions="Use the tool to answer.",
+        model=model,
+        model_settings=ModelSettings(temperature=0, max_tokens=60),
+        tools=[get_weather],
+    )
+    result = Runner.run_sync(agent, QUESTION, max_turns=4)
+    assert isinstance(result.final_output, str) and result.final_output.strip()

@@ -122,7 +122,7 @@ def test_metadata_is_checked_like_openai() -> None:
         ({"input": [{"role": "robot", "content": "x"}]}, "input[0].role", None),
         ({"input": []}, "input", None),
         ({"input": "  "}, "input", None),
-        ({"instructions": "\x00"}, "instructions", "invalid_text"),
+        ({"instructions": "\ud800"}, "instructions", "invalid_text"),
         ({"max_output_tokens": 0}, "max_output_tokens", None),
         ({"tools": [{**WEATHER, "name": "bad name"}]}, "tools[0].name", None),
         ({"text": {"format": {"type": "json_schema", "name": "A"}}}, "text.format.schema", "invalid_structured_output"),

@@ -60,9 +60,9 @@ def test_a_redis_restart_and_a_killed_worker_lose_nothing(tmp_path: Path) -> Non
     if missing:
         pytest.skip(missing)
     out = tmp_path / "figures.json"
-    argv = [sys.executable, str(SUITE), "--fault", "redis_restart,worker_kill", "--quick", "--max-seconds", "280"]
+    argv = [sys.executable, str(SUITE), "--fault", "redis_restart,worker_kill", "--quick", "--max-seconds", "400"]
     argv += ["--json", str(out), "--log-dir", str(ROOT / "artifacts" / "fault-suite-test")]
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=400)
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=520)
     report = done.stdout + done.stderr
     assert done.returncode == 0, report
     figures = {f["fault"]: f for f in json.loads(out.read_text())}
