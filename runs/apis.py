@@ -12,6 +12,7 @@ from rest_framework.views import APIView
 from accounts.selectors import request_user
 from chats import selectors as chat_selectors
 from chats import services as chat_services
+from chats.context import chat_system_prompt
 from chats.serializers import ChatOutSerializer, ChatUpdateSerializer, MessageCreateSerializer, MessageOutSerializer
 from core.errors import error_response
 from core.http.pagination import BAD_PAGE, PAGE_PARAMS, keyset_paginate, page_response, parse_limit
@@ -145,14 +146,20 @@ class ChatMessagesApi(APIView):
     )
     def post(self, request: Request, chat_id: int) -> Response:
         # The chat's ownership is checked (404) by run_create, in the statement that writes the prompt, after the
-        # checks that need no database (400, the tier's caps, 429). Only its model is read here, when the body
-        # names none (another user's chat has none to read, and is then a 404 all the same).
+        # checks that need no database (400, the tier's caps, 429). Only its model (and its system prompt, for the
+        # fit check) is read here, when the body names none (another user's chat has none to read, and is then a
+        # 404 all the same); a prompt that names its model is fit-checked with the default system prompt.
         body = MessageCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
         user = request_user(request)
         asked = data.get("model")
-        spec = asked if asked is not None else chat_selectors.chat_model(user=user, chat_id=chat_id)
+        system_prompt = None
+        if asked is None:
+            found = chat_selectors.chat_model(user=user, chat_id=chat_id)
+            spec, system_prompt = (found[0], chat_system_prompt(chat_prompt=found[1])) if found else (None, None)
+        else:
+            spec = asked
         deployment = resolve_model(spec)
         run = services.run_create(
             chat_id=chat_id,
@@ -163,6 +170,7 @@ class ChatMessagesApi(APIView):
                 spec=data["spec"],
                 temperature_from_chat=data["temperature_from_chat"],
             ),
+            system_prompt=system_prompt,
             deployment=deployment,
             chat_model=asked.strip() if asked is not None else None,
         )
