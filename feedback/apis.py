@@ -12,7 +12,7 @@ from accounts.selectors import request_user
 from core.errors import error_response
 from feedback import services
 from feedback.models import Rating
-from feedback.serializers import FeedbackInSerializer, FeedbackOutSerializer
+from feedback.serializers import FeedbackInSerializer, RunFeedbackOutSerializer
 from runs import selectors as run_selectors
 
 NOT_FOUND = {404: error_response("No such run, or it belongs to another user.")}
@@ -23,7 +23,7 @@ class RunFeedbackApi(APIView):
         operation_id="runs_feedback_update",
         request=FeedbackInSerializer,
         responses={
-            200: FeedbackOutSerializer,
+            200: RunFeedbackOutSerializer,
             400: error_response("Invalid body: says which field is wrong and why."),
             409: error_response("The run has not finished, or wrote no answer (`not_rateable`)."),
             **NOT_FOUND,
@@ -38,7 +38,7 @@ class RunFeedbackApi(APIView):
         body.is_valid(raise_exception=True)
         data = body.validated_data
         feedback = services.feedback_set(run=run, user=user, rating=Rating(data["rating"]), reason=data["reason"])
-        return Response(FeedbackOutSerializer(feedback).data)
+        return Response(RunFeedbackOutSerializer(feedback).data)
 
     @extend_schema(operation_id="runs_feedback_destroy", responses={204: None, **NOT_FOUND})
     def delete(self, request: Request, run_id: int) -> Response:

@@ -16,7 +16,7 @@ class FeedbackInSerializer(StrictSerializer):
     )
 
 
-class FeedbackOutSerializer(serializers.ModelSerializer[RunFeedback]):
+class RunFeedbackOutSerializer(serializers.ModelSerializer[RunFeedback]):
     class Meta:
         model = RunFeedback
         fields = ["run", "rating", "reason", "updated_at"]

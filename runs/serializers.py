@@ -18,8 +18,8 @@ from runs.selectors import Answers
 from scheduling.store import Position
 
 
-class FeedbackOutSerializer(serializers.Serializer[Any]):
-    rating = serializers.ChoiceField(choices=["up", "down"])
+class RatingOutSerializer(serializers.Serializer[Any]):
+    rating = serializers.ChoiceField(choices=[("up", "Up"), ("down", "Down")])  # feedback.models.Rating
     reason = serializers.CharField()
 
 
@@ -98,7 +98,7 @@ class RunOutSerializer(serializers.ModelSerializer[Run]):
         served = deployment_by_id(run.deployment_id)  # the selection snapshot: no query per run
         return served.key if served is not None else None
 
-    @extend_schema_field(FeedbackOutSerializer(allow_null=True))
+    @extend_schema_field(RatingOutSerializer(allow_null=True))
     def get_feedback(self, run: Run) -> dict[str, str] | None:
         return run_feedback(run)
 
@@ -136,7 +136,7 @@ class VersionOutSerializer(serializers.Serializer[Any]):
     finish_reason = serializers.CharField()
     revision = serializers.CharField(help_text="How this version came: '' (the first answer), regenerate or continue.")
     created_at = serializers.DateTimeField()
-    feedback = FeedbackOutSerializer(allow_null=True)
+    feedback = RatingOutSerializer(allow_null=True)
 
 
 class MessageListOutSerializer(MessageOutSerializer):
@@ -164,7 +164,7 @@ class MessageListOutSerializer(MessageOutSerializer):
         run = self._run(message)
         return run.finish_reason if run is not None else None
 
-    @extend_schema_field(FeedbackOutSerializer(allow_null=True))
+    @extend_schema_field(RatingOutSerializer(allow_null=True))
     def get_feedback(self, message: Message) -> dict[str, str] | None:
         run = self._run(message)
         return run_feedback(run) if run is not None else None
