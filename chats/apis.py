@@ -70,7 +70,12 @@ class ChatSearchApi(APIView):
     @extend_schema(
         operation_id="chats_search",
         parameters=[
-            OpenApiParameter("q", str, required=True, description="What to find (1..200 characters)."),
+            OpenApiParameter(
+                "q",
+                {"type": "string", "minLength": 1, "maxLength": 200, "pattern": r"\S"},
+                required=True,
+                description="What to find: 1..200 characters, not only whitespace.",
+            ),
             *PAGE_PARAMS,
         ],
         responses={200: page_response("ChatSearchPage", ChatSearchHitSerializer), **BAD_PAGE},
