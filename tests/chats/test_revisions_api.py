@@ -3,6 +3,8 @@ out of the message list and of every later prompt."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from rest_framework.test import APIClient
 
@@ -17,8 +19,8 @@ from tests.factories import ChatFactory
 pytestmark = pytest.mark.django_db
 
 
-def _messages(api: APIClient, chat_id: int) -> list[dict[str, object]]:
-    results: list[dict[str, object]] = api.get(f"/api/chats/{chat_id}/messages").json()["results"]
+def _messages(api: APIClient, chat_id: int) -> list[dict[str, Any]]:
+    results: list[dict[str, Any]] = api.get(f"/api/chats/{chat_id}/messages").json()["results"]
     return results[::-1]  # oldest first
 
 
@@ -66,7 +68,7 @@ def test_continue_goes_on_from_a_cut_answer(api: APIClient, user: User) -> None:
     finish_run(run.pk, " four, five.", tokens=4)
     shown = _messages(api, chat.pk)
     assert [m["content"] for m in shown] == ["Count to ten.", "One, two, three, four, five."]
-    assert [v["content"] for v in shown[1]["versions"]] == ["One, two, three,"]  # type: ignore[index]
+    assert [v["content"] for v in shown[1]["versions"]] == ["One, two, three,"]
     assert Message.objects.get(pk=shown[1]["id"]).token_count == 5 + 4
 
 

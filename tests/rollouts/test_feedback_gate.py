@@ -79,8 +79,12 @@ def test_without_the_gate_feedback_is_not_checked(v1: ModelDeployment) -> None:
 
 def test_too_few_ratings_wait_for_the_timeout_then_pass_saying_so(v1: ModelDeployment) -> None:
     v2 = add_version("v2")
-    fake = FakeTime(lambda _: (rate_runs(v2, up=0, down=1), make_runs(v1, 5)) and None)
-    # Each 30 s poll adds one rating to v2 (all down) and none to v1: never comparable.
+
+    def traffic(_: int) -> None:  # each 30 s poll: one rating on v2 (down), runs but no rating on v1
+        rate_runs(v2, up=0, down=1)
+        make_runs(v1, 5)
+
+    fake = FakeTime(traffic)
     done = rollout(v1.name, "v2", fake, thresholds=dataclasses.replace(GATED, min_feedback_ratings=50))
 
     assert done.status == RolloutStatus.SUCCEEDED
