@@ -8,6 +8,7 @@ behind one service name) and the figures agree:
 - the workers' heartbeats (slots, running, waiting, KV-cache usage, time per output token), by worker;
 - the scheduler's queue depth by tier, runs queued/streaming/cancelling in Postgres, live SSE streams;
 - the dispatcher's figures (``runs.dispatcher_figures``: decisions and queue wait by tier, gate state);
+- answers' ratings per deployment version (``chat_feedback_ratings``, from ``feedback``);
 - every live worker's vLLM families (``vllm:*``), merged from the copies they keep in Redis
   (``monitoring.engine_metrics``), labelled ``worker`` and ``deployment``.
 
@@ -31,6 +32,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from deployments.models import ModelDeployment
+from feedback.selectors import feedback_by_deployment
 from generation.worker_contract import worker_heartbeats
 from monitoring.engine_metrics import engine_families
 from runs.counters import LATENCY_BUCKETS_S, Histogram, RunMetrics, read_run_metrics
@@ -221,6 +224,22 @@ def _database_families() -> Iterator[Metric]:
     yield active
 
 
+def _feedback_families() -> Iterator[Metric]:
+    """Answers' ratings stored now, per deployment version: a gauge, since a rating can be changed or taken back
+    (compare versions with the negative share, ``down / (up + down)``)."""
+    keys = {d.pk: d.key for d in ModelDeployment.objects.only("id", "name", "version")}
+    ratings = GaugeMetricFamily(
+        "chat_feedback_ratings",
+        "Answers' ratings stored, by deployment version and rating.",
+        labels=["deployment", "rating"],
+    )
+    for deployment_id, tally in feedback_by_deployment().items():
+        key = keys.get(deployment_id, "") if deployment_id is not None else ""
+        ratings.add_metric([key, "up"], tally.up)
+        ratings.add_metric([key, "down"], tally.down)
+    yield ratings
+
+
 class SystemCollector(Collector):
     """Reads Redis and Postgres on each scrape; a source that fails is marked down instead of failing it all."""
 
@@ -233,6 +252,7 @@ class SystemCollector(Collector):
             ("workers", _worker_families),
             ("queues", _queue_families),
             ("database", _database_families),
+            ("feedback", _feedback_families),
             ("dispatcher", _dispatcher_families),
             ("engines", engine_families),
         )

@@ -2,8 +2,10 @@
 
 A step passes unless the target's failed rate is above ``max_failed_rate``, or its TTFT p99 is more than
 ``max_ttft_p99_ratio`` times the old version's (compared only when both have ``min_ttft_runs`` runs with a first
-token), and once ``min_runs`` runs ended on it (or the step timed out with none failed). The figures come from the
-Run rows of the step's window, in one query.
+token), or (a feedback-gated step: ``max_negative_feedback_delta`` set) the share of ``down`` ratings of its
+answers is more than that margin above the old version's (compared only when both have ``min_feedback_ratings``
+ratings), and once ``min_runs`` runs ended on it (or the step timed out with none failed). The figures come from the
+Run rows of the step's window, in one query, and the ratings of those runs (``feedback``), in another.
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ from datetime import datetime
 from typing import Any
 
 from deployments.models import Rollout
+from feedback.selectors import FeedbackTally, feedback_of_runs_since
 from runs.models import ACTIVE_STATUSES, Run, RunStatus
+
+NO_RATINGS = FeedbackTally(up=0, down=0)
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,12 @@ class RolloutThresholds:
     """Runs with a first token each version needs in a step before their TTFT p99 are compared: the p99 of fewer
     is about their slowest run, and one slow first token on a busy host must not roll a rollout back (the rollout
     benchmark's quick run did, at 3 runs a side)."""
+    max_negative_feedback_delta: float | None = None
+    """Feedback-gated steps: a step fails when the share of ``down`` ratings of the target's answers (of the step's
+    runs) is more than this above the old version's, e.g. 0.1 = ten points; None: feedback is not checked."""
+    min_feedback_ratings: int = 20
+    """Ratings each version needs in a step before their negative shares are compared (a gated step waits for them
+    until ``step_timeout_s``, and then passes saying it could not compare)."""
     step_wait_s: float = 30.0
     """The least time a step holds, however many runs end sooner."""
     step_timeout_s: float = 600.0
@@ -55,8 +66,10 @@ class RolloutThresholds:
             found.append("max_failed_rate must be between 0 and 1")
         if self.max_ttft_p99_ratio <= 0:
             found.append("max_ttft_p99_ratio must be above 0")
-        if self.min_runs < 1 or self.min_ttft_runs < 1:
-            found.append("min_runs and min_ttft_runs must be at least 1")
+        if self.min_runs < 1 or self.min_ttft_runs < 1 or self.min_feedback_ratings < 1:
+            found.append("min_runs, min_ttft_runs and min_feedback_ratings must be at least 1")
+        if self.max_negative_feedback_delta is not None and not 0.0 <= self.max_negative_feedback_delta <= 1.0:
+            found.append("max_negative_feedback_delta must be between 0 and 1")
         if self.step_wait_s < 0 or self.step_timeout_s < self.step_wait_s:
             found.append("step_wait_s must be at least 0 and step_timeout_s at least step_wait_s")
         return found
@@ -104,17 +117,43 @@ class StepHealth:
     baseline: VersionFigures | None
     timed_out: bool = False
     """The step ran out of ``step_timeout_s`` before ``min_runs`` runs ended on the target."""
+    target_feedback: FeedbackTally = NO_RATINGS
+    """Ratings of the target's answers to the step's runs."""
+    baseline_feedback: FeedbackTally = NO_RATINGS
+
+    def feedback_comparable(self, thresholds: RolloutThresholds) -> bool:
+        """Both versions have ``min_feedback_ratings`` ratings in the step."""
+        need = thresholds.min_feedback_ratings
+        return (
+            self.baseline is not None
+            and self.target_feedback.ratings >= need
+            and self.baseline_feedback.ratings >= need
+        )
 
     def to_json(self) -> dict[str, Any]:
+        def tally(t: FeedbackTally) -> dict[str, Any]:
+            rate = t.negative_rate
+            return {"up": t.up, "down": t.down, "negative_rate": round(rate, 4) if rate is not None else None}
+
         return {
             "since": self.since.isoformat(),
-            "target": self.target.to_json(),
-            "baseline": self.baseline.to_json() if self.baseline is not None else None,
+            "target": {**self.target.to_json(), "feedback": tally(self.target_feedback)},
+            "baseline": (
+                {**self.baseline.to_json(), "feedback": tally(self.baseline_feedback)}
+                if self.baseline is not None
+                else None
+            ),
             "timed_out": self.timed_out,
         }
 
     def describe(self) -> str:
-        return self.target.describe() + (f" | {self.baseline.describe()}" if self.baseline is not None else "")
+        def ratings(t: FeedbackTally) -> str:
+            return f", {t.ratings} ratings ({t.down} down)" if t.ratings else ""
+
+        target = self.target.describe() + ratings(self.target_feedback)
+        if self.baseline is None:
+            return target
+        return f"{target} | {self.baseline.describe()}{ratings(self.baseline_feedback)}"
 
 
 def _percentile(sorted_values: list[float], p: float) -> float | None:
@@ -141,8 +180,8 @@ def _figures(key: str, rows: list[tuple[str, datetime, datetime | None]]) -> Ver
 
 def rollout_step_health(rollout: Rollout, since: datetime, *, timed_out: bool = False) -> StepHealth:
     """Figures of the runs created since ``since`` on the target and on the old version (``from_deployment``),
-    from their Run rows: ended, failed, in flight, and TTFT (``first_token_at - created_at``) p50/p99 in ms. One
-    query."""
+    from their Run rows: ended, failed, in flight, and TTFT (``first_token_at - created_at``) p50/p99 in ms (one
+    query), and the ratings of those runs' answers (one more)."""
     target, baseline = rollout.to_deployment, rollout.from_deployment
     ids = [target.pk] + ([baseline.pk] if baseline is not None else [])
     rows: dict[int, list[tuple[str, datetime, datetime | None]]] = {pk: [] for pk in ids}
@@ -150,12 +189,37 @@ def rollout_step_health(rollout: Rollout, since: datetime, *, timed_out: bool = 
         deployment_id__in=ids, created_at__gte=since
     ).values_list("deployment_id", "status", "created_at", "first_token_at"):
         rows[deployment_id].append((status, created, first))
+    feedback = feedback_of_runs_since(deployment_ids=ids, since=since)
     return StepHealth(
         since=since,
         target=_figures(target.key, rows[target.pk]),
         baseline=_figures(baseline.key, rows[baseline.pk]) if baseline is not None else None,
         timed_out=timed_out,
+        target_feedback=feedback.get(target.pk, NO_RATINGS),
+        baseline_feedback=feedback.get(baseline.pk, NO_RATINGS) if baseline is not None else NO_RATINGS,
     )
+
+
+def _feedback_verdict(health: StepHealth, thresholds: RolloutThresholds) -> tuple[bool, str]:
+    """The feedback gate of a step (True, with a note for the verdict, when it is not gated or passes)."""
+    margin = thresholds.max_negative_feedback_delta
+    if margin is None:
+        return True, ""
+    target, baseline = health.target_feedback, health.baseline_feedback
+    if not health.feedback_comparable(thresholds):
+        return True, (
+            f", feedback not compared ({target.ratings} and {baseline.ratings} ratings, "
+            f"{thresholds.min_feedback_ratings} needed on each side)"
+        )
+    t_rate, b_rate = target.negative_rate or 0.0, baseline.negative_rate or 0.0
+    delta = t_rate - b_rate
+    figures = (
+        f"negative feedback {t_rate:.1%} ({target.down} of {target.ratings} ratings on {health.target.key}) vs "
+        f"{b_rate:.1%} ({baseline.down} of {baseline.ratings})"
+    )
+    if delta > margin:
+        return False, f"{figures}: {delta:+.1%}, worse than the margin of {margin:.1%}"
+    return True, f", {figures} within the margin of {margin:.1%}"
 
 
 def rollout_judge(health: StepHealth, thresholds: RolloutThresholds) -> tuple[bool, str]:
@@ -182,6 +246,10 @@ def rollout_judge(health: StepHealth, thresholds: RolloutThresholds) -> tuple[bo
         ttft = f", TTFT p99 ratio {ratio:.2f} within {thresholds.max_ttft_p99_ratio:.2f}"
     else:
         ttft = ", TTFT not compared (too few runs with a first token)"
+    feedback_ok, feedback = _feedback_verdict(health, thresholds)
+    if not feedback_ok:
+        return False, feedback
+    ttft += feedback
     if target.ended < thresholds.min_runs:
         if not health.timed_out:
             return False, f"only {target.ended} of {thresholds.min_runs} runs ended on {target.key}: not judged yet"

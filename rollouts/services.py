@@ -2,7 +2,8 @@
 
 A rollout moves a name's unpinned traffic to another ``ready`` version in steps (``10, 25, 50, 100`` percent by
 default). Each step holds for at least ``step_wait_s`` and until ``min_runs`` runs ended on the target, then a health
-check compares the target's runs of that step with the old version's: the failed rate, and the TTFT p99 ratio. A
+check compares the target's runs of that step with the old version's: the failed rate, the TTFT p99 ratio, and (a
+feedback-gated rollout) the share of ``down`` ratings of their answers (``rollouts.health``). A
 failed check rolls every weight back to what it was, in one transaction; the last step passing hands the target all
 of the traffic, makes it the default if the old version was, and puts the old ready versions to ``draining`` (they
 take no new runs, their runs in flight finish, their workers report ``drained`` once idle).
@@ -260,12 +261,15 @@ def _wait_for_step(
     sleep: Callable[[float], None],
     poll_s: float,
 ) -> StepHealth:
-    """Holds until ``step_wait_s`` passed and ``min_runs`` runs ended on the target, or ``step_timeout_s``."""
+    """Holds until ``step_wait_s`` passed and ``min_runs`` runs ended on the target (and, a feedback-gated step,
+    both versions have ``min_feedback_ratings`` ratings), or ``step_timeout_s``."""
     began = clock()
+    gated = thresholds.max_negative_feedback_delta is not None
     while True:
         elapsed = clock() - began
         health = rollout_step_health(rollout, since)
-        if elapsed >= thresholds.step_wait_s and health.target.ended >= thresholds.min_runs:
+        rated = not gated or health.baseline is None or health.feedback_comparable(thresholds)
+        if elapsed >= thresholds.step_wait_s and health.target.ended >= thresholds.min_runs and rated:
             return health
         if elapsed >= thresholds.step_timeout_s:
             return replace(health, timed_out=True)

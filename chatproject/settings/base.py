@@ -46,6 +46,7 @@ INSTALLED_APPS = [
     "deployments",
     "chats",
     "runs",
+    "feedback",
     "rollouts",
     "inference_workers",
     "web",

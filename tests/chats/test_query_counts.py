@@ -8,6 +8,8 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from accounts.models import User
+from chats.models import MessageRole
+from feedback.models import RunFeedback
 from runs.models import RunStatus
 from tests.factories import ChatFactory, MessageFactory, RunFactory
 
@@ -69,3 +71,26 @@ def test_following_a_cursor_costs_no_extra_queries(
         resp = api.get(f"/api/chats/{chat.pk}/messages", {"limit": 5, "cursor": cursor})
 
     assert len(resp.json()["results"]) == 5
+
+
+@pytest.mark.parametrize("rows", [1, 5, 20])
+def test_message_list_with_answers_versions_and_feedback_query_count(
+    api: APIClient, user: User, rows: int, django_assert_num_queries: DjangoAssertNumQueries
+) -> None:
+
+    chat = ChatFactory.create(owner=user)
+    for _ in range(rows):
+        prompt = MessageFactory.create(chat=chat)
+        old = MessageFactory.create(chat=chat, role=MessageRole.ASSISTANT, superseded=True)
+        RunFactory.create(chat=chat, user_message=prompt, assistant_message=old, status=RunStatus.DONE)
+        new = MessageFactory.create(chat=chat, role=MessageRole.ASSISTANT)
+        run = RunFactory.create(chat=chat, user_message=prompt, assistant_message=new, status=RunStatus.DONE)
+        RunFeedback.objects.create(run=run, user=user, rating="up")
+
+    with django_assert_num_queries(3):  # the chat (ownership), the page, the runs behind its answers
+        resp = api.get(f"/api/chats/{chat.pk}/messages", {"limit": 100})
+
+    results = resp.json()["results"]
+    assert len(results) == 2 * rows
+    answers = [m for m in results if m["role"] == "assistant"]
+    assert all(len(m["versions"]) == 1 and m["feedback"] == {"rating": "up", "reason": ""} for m in answers)

@@ -4,7 +4,9 @@ following each run's SSE stream to its end.
 
 ``rollout_execute`` runs in the test process on the same database and Redis as the stack. A rollout that passes
 moves every new run to v2 with no run lost, failed or garbled and leaves v1 drained; a v2 whose runs fail
-(``SIM_FAIL_RATE=1``) is rolled back at its first step, and the users' next runs go to v1 and succeed.
+(``SIM_FAIL_RATE=1``) is rolled back at its first step, and the users' next runs go to v1 and succeed. With
+feedback-gated steps, users who rate every answer (``PUT /api/runs/{id}/feedback``) roll back a v2 whose answers
+they rate down, and let through one they rate as they rate v1's.
 
 Each test starts its own stack (a transactional test flushes every table at its end, the deployments included).
 """
@@ -15,8 +17,8 @@ import contextlib
 import itertools
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 import httpx
@@ -146,6 +148,8 @@ class Users:
 
     stack: LiveStack
     model: str
+    rate: Callable[[str], str] | None = None
+    """A rater: the rating (``up``/``down``) a user gives an answer served by that ``name@version``; None: none."""
     turns: list[Turn] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -195,6 +199,8 @@ class Users:
         status, events = read_events(self.stack.url(body["stream_url"]), headers=headers, timeout=30)
         if status != 200 or not events:
             raise RuntimeError(f"run {body['run']['id']}: stream answered {status} with {len(events)} events")
+        if self.rate is not None and events[-1].event == StreamEvent.DONE:
+            self._rate(client, body["run"]["id"], headers)
         turn = Turn(
             run_id=body["run"]["id"],
             text=reassemble(events),
@@ -203,6 +209,14 @@ class Users:
         )
         with self._lock:
             self.turns.append(turn)
+
+    def _rate(self, client: httpx.Client, run_id: int, headers: dict[str, str]) -> None:
+        assert self.rate is not None
+        run = client.get(self.stack.url(f"/api/runs/{run_id}"), headers=headers).json()
+        rating = self.rate(run["deployment"])
+        rated = client.put(self.stack.url(f"/api/runs/{run_id}/feedback"), json={"rating": rating}, headers=headers)
+        if rated.status_code != 200:
+            raise RuntimeError(f"run {run_id}: feedback answered {rated.status_code}: {rated.text[:300]}")
 
 
 @pytest.fixture
@@ -214,8 +228,10 @@ def users_of() -> Iterator[list[Users]]:
         users.stop()
 
 
-def _start_users(users_of: list[Users], stack: LiveStack, model: str) -> Users:
-    users = Users(stack=stack, model=model)
+def _start_users(
+    users_of: list[Users], stack: LiveStack, model: str, rate: Callable[[str], str] | None = None
+) -> Users:
+    users = Users(stack=stack, model=model, rate=rate)
     users_of.append(users)
     users.start()
     return users
@@ -358,3 +374,49 @@ def test_a_v2_whose_runs_fail_is_rolled_back_and_users_go_on_with_v1(
     failed_ids = {r.pk for r in on_v2}
     assert {t.terminal for t in turns if t.run_id in failed_ids} == {StreamEvent.ERROR}
     _assert_streams_are_the_stored_answers(turns)
+
+
+FEEDBACK_GATED = replace(THRESHOLDS, max_negative_feedback_delta=0.2, min_feedback_ratings=4)
+
+
+def test_a_v2_its_users_rate_down_is_rolled_back_on_feedback(
+    healthy_v2: TwoVersionStack, users_of: list[Users]
+) -> None:
+    versions = healthy_v2.versions
+    new_key = versions.new.key
+    users = _start_users(users_of, healthy_v2.stack, versions.name, rate=lambda key: "down" if key == new_key else "up")
+    _wait_for_turns(users, USERS * 2)
+    lines: list[str] = []
+
+    rollout = rollout_execute(
+        name=versions.name, to_version="v2", steps=(50, 100), thresholds=FEEDBACK_GATED, report=lines.append, poll_s=0.5
+    )
+    users.stop()
+
+    report = "\n".join(lines)
+    assert rollout.status == RolloutStatus.ROLLED_BACK, report
+    assert rollout.reason.startswith("step 1 (50%): negative feedback 100.0%"), rollout.reason
+    assert "vs 0.0%" in rollout.reason and "worse than the margin of 20.0%" in rollout.reason
+    assert Rollout.objects.get(pk=rollout.pk).reason == rollout.reason  # recorded on the row
+    step = rollout.history[0]["health"]
+    assert step["target"]["feedback"]["down"] >= 4 and step["baseline"]["feedback"]["up"] >= 4
+    weights = dict(ModelDeployment.objects.filter(name=versions.name).values_list("version", "traffic_weight"))
+    assert weights == {"v1": 100, "v2": 0}
+    assert users.errors == []
+
+
+def test_a_v2_rated_like_v1_goes_through_the_feedback_gate(healthy_v2: TwoVersionStack, users_of: list[Users]) -> None:
+    versions = healthy_v2.versions
+    users = _start_users(users_of, healthy_v2.stack, versions.name, rate=lambda key: "up")
+    _wait_for_turns(users, USERS * 2)
+    lines: list[str] = []
+
+    rollout = rollout_execute(
+        name=versions.name, to_version="v2", steps=(50, 100), thresholds=FEEDBACK_GATED, report=lines.append, poll_s=0.5
+    )
+    users.stop()
+
+    report = "\n".join(lines)
+    assert rollout.status == RolloutStatus.SUCCEEDED, report
+    assert all("within the margin of 20.0%" in step["verdict"] for step in rollout.history[:1]), report
+    assert users.errors == []

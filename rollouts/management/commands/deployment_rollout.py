@@ -61,6 +61,20 @@ class Command(BaseCommand):
             default=_DEFAULTS.min_ttft_runs,
             help="Runs with a first token each version needs in a step before their TTFT p99 are compared.",
         )
+        parser.add_argument(
+            "--max-negative-feedback-delta",
+            type=float,
+            default=_DEFAULTS.max_negative_feedback_delta,
+            help="Feedback-gated steps: fail a step when the share of 'down' ratings of the new version's answers is "
+            "more than this above the old version's (0.1 = ten points). Default: feedback not checked.",
+        )
+        parser.add_argument(
+            "--min-feedback-ratings",
+            type=int,
+            default=_DEFAULTS.min_feedback_ratings,
+            help="Ratings each version needs in a step before their negative shares are compared (a gated step waits "
+            "for them until --step-timeout).",
+        )
         parser.add_argument("--poll", type=float, default=2.0, help="Seconds between looks at the step's runs.")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -74,6 +88,8 @@ class Command(BaseCommand):
             max_ttft_p99_ratio=options["max_ttft_ratio"],
             min_runs=options["min_runs"],
             min_ttft_runs=options["min_ttft_runs"],
+            max_negative_feedback_delta=options["max_negative_feedback_delta"],
+            min_feedback_ratings=options["min_feedback_ratings"],
             step_wait_s=options["step_wait"],
             step_timeout_s=options["step_timeout"],
         )

@@ -21,7 +21,7 @@ UNESCAPE = [
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('chats', '0004_chat_model'),
+        ('chats', '0005_chat_settings_versions_search'),
     ]
 
     operations = [
