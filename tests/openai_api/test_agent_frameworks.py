@@ -10,7 +10,7 @@ import openai
 import pytest
 from django.conf import settings
 from pydantic_ai import Agent, ModelRetry
-from pydantic_ai.messages import ModelRequest, ModelResponse, SystemPromptPart, TextPart, UserPromptPart
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, SystemPromptPart, TextPart, UserPromptPart
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 from rest_framework.authtoken.models import Token
@@ -156,9 +156,8 @@ def test_bad_metadata_and_too_many_messages_are_400s_that_write_nothing(live_sta
 
 def test_pydantic_ai_agent_with_a_system_prompt_mid_history_and_a_retry(live_stack: LiveStack) -> None:
     user = UserFactory.with_tier("pro")
-    model = OpenAIChatModel(
-        MODEL, provider=OpenAIProvider(base_url=live_stack.url("/v1"), api_key=key_for(user), max_retries=0)
-    )
+    client = openai.AsyncOpenAI(base_url=live_stack.url("/v1"), api_key=key_for(user), max_retries=0, timeout=60)
+    model = OpenAIChatModel(MODEL, provider=OpenAIProvider(openai_client=client))
     agent = Agent(model, system_prompt="You are terse.", retries=2)
     tries: list[str] = []
 
@@ -169,7 +168,7 @@ def test_pydantic_ai_agent_with_a_system_prompt_mid_history_and_a_retry(live_sta
             raise ModelRetry("Say it again, shorter.")
         return output
 
-    history = [
+    history: list[ModelMessage] = [
         ModelRequest(parts=[SystemPromptPart(content="You are terse."), UserPromptPart(content="Hi")]),
         ModelResponse(parts=[TextPart(content="Hello.")]),
         ModelRequest(parts=[SystemPromptPart(content="From now on, answer in French.")]),
