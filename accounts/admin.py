@@ -16,6 +16,7 @@ class TierAdmin(admin.ModelAdmin[Tier]):
         "queue_depth_limit",
         "share_floor",
         "context_limit_tokens",
+        "max_request_messages",
     ]
     # The limits are what operators tune: edit them straight from the list (the name stays the link).
     list_editable = [
@@ -27,6 +28,7 @@ class TierAdmin(admin.ModelAdmin[Tier]):
         "queue_depth_limit",
         "share_floor",
         "context_limit_tokens",
+        "max_request_messages",
     ]
     search_fields = ["name"]
     ordering = ["priority"]

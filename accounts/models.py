@@ -34,6 +34,11 @@ class Tier(models.Model):
     context_limit_tokens = models.PositiveIntegerField(
         help_text="Prompt budget for this tier's chats; older turns beyond it are summarized."
     )
+    max_request_messages = models.PositiveIntegerField(
+        default=1024,
+        help_text="Messages one OpenAI-compatible call may send (each is stored as a row of the call's record); "
+        "more is a 400 and nothing is written.",
+    )
 
     class Meta:
         ordering = ["priority"]

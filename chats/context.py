@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db.models import Q
 
-from chats.models import Chat, Message, MessageRole
+from chats.models import Chat, ChatOrigin, Message, MessageRole
 from core.errors import DomainError
 from deployments.tokenizer import apply_chat_template, count_tokens, get_tokenizer
 
@@ -27,6 +27,7 @@ PromptTokenCounter = Callable[[ChatMessages], int]
 """Tokens of the messages once rendered with the chat template (generation prompt included)."""
 
 SUMMARY_HEADING = "Summary of the earlier conversation:"
+SYSTEM_ROLES = (MessageRole.SYSTEM, MessageRole.DEVELOPER)
 
 
 class PromptTooLong(Exception):
@@ -66,15 +67,18 @@ def prompt_budget(*, context_limit_tokens: int, max_model_len: int, max_tokens: 
     return min(context_limit_tokens, max_model_len) - max_tokens
 
 
-def chat_system_prompt(*, chat_prompt: str = "", own_system: str | None = None) -> str:
-    """The system prompt a run of a chat is rendered with: the one place it is chosen.
+def chat_system_prompt(*, chat_prompt: str = "", origin: str = ChatOrigin.WEB) -> str:
+    """The system prompt a chat's runs start with, before the chat's own messages ("": none): the one place it is
+    chosen.
 
-    ``own_system``: the chat's own system message (an OpenAI-compatible call brings one: it is used as it is);
-    else ``chat_prompt``, the chat's ``system_prompt`` setting (``PATCH /api/chats/{id}``); else, when that is
-    empty, the server's default ``CONTEXT.system_prompt``.
+    A chat of the UI or ``/api/chats`` (origin ``web``) starts with ``chat_prompt``, its ``system_prompt`` setting
+    (``PATCH /api/chats/{id}``), or when that is empty the configured ``CHAT_SYSTEM_PROMPT``. An OpenAI-compatible
+    call (origin ``api``) starts with nothing of ours: its prompt is the client's messages exactly as sent, system
+    and developer messages where the client put them, as vLLM's server renders them (a chat template may add its
+    own default, as it does there).
     """
-    if own_system is not None:
-        return own_system
+    if origin == ChatOrigin.API:
+        return ""
     return chat_prompt if chat_prompt.strip() else settings.CONTEXT.system_prompt
 
 
@@ -85,9 +89,15 @@ def system_content(*, system_prompt: str, summary: str) -> str:
     return "\n\n".join(p for p in parts if p)
 
 
-def _messages(system: str, turns: Sequence[Turn], new_message: str, new_role: str = MessageRole.USER) -> ChatMessages:
+def _messages(
+    system: str,
+    turns: Sequence[Turn],
+    new_message: str,
+    new_role: str = MessageRole.USER,
+    head: Sequence[Turn] = (),
+) -> ChatMessages:
     messages: ChatMessages = [{"role": "system", "content": system}] if system else []
-    messages.extend({"role": t.role, "content": t.content} for t in turns)
+    messages.extend({"role": t.role, "content": t.content} for t in (*head, *turns))
     messages.append({"role": str(new_role), "content": new_message})
     return messages
 
@@ -125,11 +135,15 @@ def plan_prompt(
     count_tokens: PromptTokenCounter,
     drop_step: int = 1,
     new_role: str = MessageRole.USER,
+    head: Sequence[Turn] = (),
 ) -> PromptPlan:
     """Newest-kept verbatim turns after the summary, the whole rendered prompt within ``budget``.
 
-    ``new_role`` is the role of the message the run answers: ``user``, or ``tool`` when an OpenAI-compatible call
-    ends with a tool's result. Raises :class:`PromptTooLong` when not even the system prompt and ``new_message`` fit.
+    ``new_role`` is the role of the message the run answers: ``user``, ``tool`` when an OpenAI-compatible call
+    ends with a tool's result, ``assistant`` when it ends with an answer to go on from. ``head``: messages kept
+    right after the system prompt whatever the budget (an OpenAI-compatible call's leading system and developer
+    messages), never dropped with the oldest turns. Raises :class:`PromptTooLong` when not even the system prompt,
+    ``head`` and ``new_message`` fit.
     """
     for summary_text in (summary, ""):
         system = system_content(system_prompt=system_prompt, summary=summary_text)
@@ -141,7 +155,7 @@ def plan_prompt(
         best: tuple[int, ChatMessages, int] | None = None
         while lo <= hi:
             mid = (lo + hi) // 2
-            messages = _messages(system, turns[points[mid] :], new_message, new_role)
+            messages = _messages(system, turns[points[mid] :], new_message, new_role, head)
             tokens = count_tokens(messages)
             if tokens <= budget:
                 best = (points[mid], messages, tokens)
@@ -160,7 +174,7 @@ def plan_prompt(
             )
         if not summary.strip():
             break
-    alone = _messages(system_content(system_prompt=system_prompt, summary=""), [], new_message, new_role)
+    alone = _messages(system_content(system_prompt=system_prompt, summary=""), [], new_message, new_role, head)
     raise PromptTooLong(tokens=count_tokens(alone), budget=budget)
 
 
@@ -169,32 +183,39 @@ def rendered_token_count(messages: ChatMessages) -> int:
     return len(get_tokenizer().encode(apply_chat_template(messages), add_special_tokens=False))
 
 
+def _split_head(turns: list[Turn]) -> tuple[list[Turn], list[Turn]]:
+    """The leading system/developer messages (kept whatever the budget), and the turns after them."""
+    start = 0
+    while start < len(turns) and turns[start].role in SYSTEM_ROLES:
+        start += 1
+    return turns[:start], turns[start:]
+
+
 def plan_chat_prompt(*, chat: Chat, user_message: Message, context_limit_tokens: int, max_tokens: int) -> PromptPlan:
     """Loads the chat's pieces before ``user_message`` and plans the prompt that answers it (see
-    :func:`plan_prompt`); ``context_limit_tokens`` is the tier's, ``max_tokens`` the answer's."""
+    :func:`plan_prompt`); ``context_limit_tokens`` is the tier's, ``max_tokens`` the answer's.
+
+    Every stored message is a turn in its place, system and developer ones included (an OpenAI-compatible call
+    may send them anywhere); the leading ones are the plan's ``head``, kept when older turns are dropped, and
+    replace :func:`chat_system_prompt`."""
     config = settings.CONTEXT
     summary = chat.summary
     earlier = Message.objects.filter(chat_id=chat.pk, id__lt=user_message.pk, superseded=False)
     if chat.summary_through_id is not None and chat.summary_through_id < user_message.pk:
-        # The turns after the summary, and the chat's own system message (an OpenAI-compatible call may bring
-        # one: it replaces the default prompt), in one query.
-        earlier = earlier.filter(Q(id__gt=chat.summary_through_id) | Q(role=MessageRole.SYSTEM))
+        # The turns after the summary, and the chat's own system and developer messages, in one query.
+        earlier = earlier.filter(Q(id__gt=chat.summary_through_id) | Q(role__in=SYSTEM_ROLES))
     else:
         summary = ""
-    own_system: str | None = None
-    turns: list[Turn] = []
-    for role, content, tokens in earlier.order_by("id").values_list("role", "content", "token_count"):
-        if role != MessageRole.SYSTEM:
-            turns.append(Turn(role=role, content=content, tokens=tokens))
-        elif own_system is None:
-            own_system = content
+    rows = earlier.order_by("id").values_list("role", "content", "token_count")
+    head, turns = _split_head([Turn(role=role, content=content, tokens=tokens) for role, content, tokens in rows])
     budget = prompt_budget(
         context_limit_tokens=context_limit_tokens,
         max_model_len=settings.ENGINE.max_model_len,
         max_tokens=max_tokens,
     )
     return plan_prompt(
-        system_prompt=chat_system_prompt(chat_prompt=chat.system_prompt, own_system=own_system),
+        # A chat's own leading system messages (an OpenAI-compatible call's) replace ours.
+        system_prompt="" if head else chat_system_prompt(chat_prompt=chat.system_prompt, origin=chat.origin),
         summary=summary,
         turns=turns,
         new_message=user_message.content,
@@ -202,6 +223,7 @@ def plan_chat_prompt(*, chat: Chat, user_message: Message, context_limit_tokens:
         count_tokens=rendered_token_count,
         drop_step=config.drop_step_turns,
         new_role=user_message.role,
+        head=head,
     )
 
 

@@ -79,6 +79,9 @@ class MessageRole(models.TextChoices):
     USER = "user"
     ASSISTANT = "assistant"
     SYSTEM = "system"
+    DEVELOPER = "developer"
+    """OpenAI's ``developer`` role, kept as sent: the chat template renders it as it renders any role (vLLM's server
+    passes it to the template as it is too)."""
     TOOL = "tool"
     """A tool's result answering an assistant's tool call (OpenAI's ``tool`` role; the chat template renders it)."""
 

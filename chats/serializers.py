@@ -119,7 +119,7 @@ class MessageCreateSerializer(StrictSerializer):
 
     content = StrictCharField(allow_blank=False, trim_whitespace=False, allow_nul=True)
     model = model_field(
-        allow_blank=False,
+        allow_blank=True,  # empty: the default model, as for a chat (MODEL_HELP)
         required=False,
         help_text=f"This run's model, which the chat then keeps for its next runs. {MODEL_HELP} Left out: the "
         "chat's model.",

@@ -177,7 +177,8 @@ class ContextConfig:
     """Long conversations: prompt assembly within the context budget and the rolling summary."""
 
     system_prompt: str
-    """First message of every prompt (the rolling summary is appended to it). Empty: the model's own default."""
+    """First message of every prompt of the chat UI and ``/api/chats`` (the rolling summary is appended to it). Empty:
+    the model's own default. Never added on ``/v1``, whose prompts are the client's messages as sent."""
     summary_threshold_fraction: float
     """A chat gets a summary once its verbatim turns (those after the summary) pass this fraction of its prompt
     budget, ``min(tier.context_limit_tokens, max_model_len) - max_tokens``: smaller tiers are summarized sooner."""

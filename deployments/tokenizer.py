@@ -137,17 +137,25 @@ def count_tokens(text: str) -> int:
     return len(request_tokenizer().encode(text, add_special_tokens=False))
 
 
-def apply_chat_template(messages: list[dict[str, str]], *, tools: list[dict[str, Any]] | None = None) -> str:
+def apply_chat_template(
+    messages: list[dict[str, str]], *, tools: list[dict[str, Any]] | None = None, continue_final: bool = False
+) -> str:
     """Renders ``[{role, content}, ...]`` into the prompt text, ending with the assistant's turn opener.
 
     ``tools`` (OpenAI tool definitions) go to the template as Hugging Face's ``tools`` argument; a template that
     knows no tools renders without them. None or empty: the template is called exactly as without tools.
+    ``continue_final``: the last message is left open (no end-of-turn, no new turn opener) so that the model goes
+    on writing it: vLLM's ``continue_final_message``, passed to the template as vLLM passes it.
     """
     tokenizer = request_tokenizer()
+    options: dict[str, Any] = (
+        {"add_generation_prompt": False, "continue_final_message": True}
+        if continue_final
+        else {"add_generation_prompt": True}
+    )
     if tools:
-        rendered: str = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True)
-    else:
-        rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        options["tools"] = tools
+    rendered: str = tokenizer.apply_chat_template(messages, tokenize=False, **options)
     return rendered
 
 

@@ -1,8 +1,9 @@
 """The prompt a run is generated from: ``chats.context`` plans the messages within the context budget (system,
 rolling summary, recent turns, the new message); this renders them with the model's chat template, with the
 run's tools when it has any. A raw run (``PromptMode.RAW``, ``/v1/completions``) is its user message's text as
-it is: no template, no history, no system prompt. A run that continues an earlier attempt's answer has that
-text appended, as the start of the answer; so does a run that continues a stopped answer of the chat
+it is: no template, no history, no system prompt. A ``PromptMode.CONTINUE`` run (an OpenAI-compatible call with
+``continue_final_message``) leaves its last message open. A run that continues an earlier attempt's answer has
+that text appended, as the start of the answer; so does a run that continues a stopped answer of the chat
 (``Revision.CONTINUE``: the replaced answer's text first)."""
 
 from __future__ import annotations
@@ -42,5 +43,7 @@ def build_run_prompt(*, run: Run, answer_prefix: str = "") -> str:
     goes on writing that turn; a raw prompt is followed by it as its completion so far."""
     if run.prompt_mode == PromptMode.RAW:
         return run.user_message.content + answer_prefix
+    continue_final = run.prompt_mode == PromptMode.CONTINUE
+    messages = build_prompt_messages(run=run)
     prefix = continued_answer(run) + answer_prefix
-    return apply_chat_template(build_prompt_messages(run=run), tools=run.tools or None) + prefix
+    return apply_chat_template(messages, tools=run.tools or None, continue_final=continue_final) + prefix

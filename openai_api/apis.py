@@ -159,6 +159,8 @@ async def _create(
 
     try:
         runs = await db_call(create_runs)
+    except OpenAIRequestError as exc:  # what only the user's tier can tell (service_tier, the message cap)
+        return from_request_error(exc)
     except DomainError as exc:
         return from_domain_error(exc)
     return parsed, runs
@@ -176,14 +178,19 @@ def _chat_finish(tools: ToolRequest, completion: Completion, *, called: bool) ->
     return finish_reason(tools.mode, completion.finish_reason, called=called)
 
 
-def _chat_message(tools: ToolRequest, text: str) -> tuple[dict[str, Any], bool]:
+def _answer_role(parsed: ChatCompletionRequest) -> str:
+    """``assistant``; the last message's role when the answer continues it (vLLM's ``get_chat_request_role``)."""
+    return parsed.last_role if parsed.continue_final else "assistant"
+
+
+def _chat_message(tools: ToolRequest, text: str, role: str = "assistant") -> tuple[dict[str, Any], bool]:
     """The choice's message, and whether it holds tool calls."""
     if tools.mode in CALL_MODES:
         output = parse_tool_output(tools, text)
         if output.content is None:
-            message = {"role": "assistant", "content": None, "refusal": None, "tool_calls": output.tool_calls}
+            message = {"role": role, "content": None, "refusal": None, "tool_calls": output.tool_calls}
             return message, output.called
-    return {"role": "assistant", "content": text, "refusal": None}, False
+    return {"role": role, "content": text, "refusal": None}, False
 
 
 @csrf_exempt  # bearer tokens only: no cookie is read, so there is no cross-site request to forge
@@ -200,7 +207,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
     if failed is not None:
         return failed
     texts = await _stored_texts(runs, completions)
-    messages = [_chat_message(parsed.tools, text) for text in texts]
+    messages = [_chat_message(parsed.tools, text, _answer_role(parsed)) for text in texts]
     return JsonResponse(
         formats.chat_body(
             runs,
@@ -239,7 +246,7 @@ async def _chat_chunks(runs: list[Run], parsed: ChatCompletionRequest, *, model:
 
     def chunk(index: int, delta: dict[str, Any], *, logprobs: Any = None, finish: str | None = None) -> bytes:
         if not started[index]:
-            delta = {"role": "assistant", **delta}
+            delta = {"role": _answer_role(parsed), **delta}
             started[index] = True
         payload = formats.chat_chunk(runs, model, index=index, delta=delta, logprobs=logprobs, finish=finish)
         if options.continuous_usage_stats:

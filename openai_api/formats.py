@@ -60,8 +60,8 @@ _ID_PREFIX = {CHAT: "chatcmpl", CHAT_CHUNK: "chatcmpl", TEXT: "cmpl"}
 
 def envelope(runs: Sequence[Run], model: str, kind: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
     """The fields every OpenAI answer and chunk of a call shares: its id (``chatcmpl-``/``cmpl-`` and the first
-    run's id), ``object`` (``kind``), ``created``, ``model``; then ``choices``."""
-    return {
+    run's id), ``object`` (``kind``), ``created``, ``model``; then ``choices``; a chat's ``service_tier``."""
+    body: dict[str, Any] = {
         "id": f"{_ID_PREFIX[kind]}-{runs[0].pk}",
         "object": kind,
         "created": int(runs[0].created_at.timestamp()),
@@ -69,6 +69,9 @@ def envelope(runs: Sequence[Run], model: str, kind: str, choices: list[dict[str,
         "system_fingerprint": None,
         "choices": choices,
     }
+    if kind != TEXT:  # chat answers name the tier that served them, as OpenAI's do (openai_api.service_tier)
+        body["service_tier"] = runs[0].tier.name
+    return body
 
 
 def usage_chunk(runs: Sequence[Run], model: str, kind: str, usage_figures: dict[str, int]) -> dict[str, Any]:

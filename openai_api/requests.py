@@ -2,9 +2,10 @@
 a message naming the parameter to fix.
 
 Accepted: what OpenAI documents for these endpoints and vLLM's server honours, plus vLLM's sampling extensions
-(``openai_api.params``), vLLM's ``structured_outputs`` (``generation.structured_outputs``) and this server's
-``constraint`` (a registered batch-level logits processor, ``generation.constraint_spec``). Any other parameter is a 400
-that names it: nothing is accepted and then ignored.
+(``openai_api.params``), OpenAI's own non-sampling parameters (``openai_api.options``), vLLM's
+``add_generation_prompt`` and ``continue_final_message``, vLLM's ``structured_outputs``
+(``generation.structured_outputs``) and this server's ``constraint`` (a registered batch-level logits processor,
+``generation.constraint_spec``). Any other parameter is a 400 that names it: nothing is accepted and then ignored.
 
 The body itself is read within the bounds of ``core.http.json_body`` (size 413, nesting depth 400), and every text
 that would be stored is checked for what Postgres cannot hold (a NUL, a lone surrogate: ``core.http.text``), with
@@ -27,6 +28,7 @@ from generation.constraint_spec import check_constraint
 from generation.sampling import SamplingError
 from generation.structured_outputs import structured_from_request
 from openai_api.errors import OpenAIRequestError
+from openai_api.options import OPTION_PARAMS, RequestOptions, parse_options
 from openai_api.params import (
     SAMPLING_PARAMS,
     SamplingParams,
@@ -40,6 +42,7 @@ from openai_api.tools.parsing import ToolRequest, parse_tools, request_structure
 
 SYSTEM_ROLES = ("system", "developer")
 TURN_ROLES = ("user", "assistant")
+
 MAX_PROMPTS = 8
 """``/v1/completions``: the most prompts in one call (each is a run per choice)."""
 
@@ -53,6 +56,9 @@ CHAT_PARAMS = SAMPLING_PARAMS | {
     "tools",
     "tool_choice",
     "parallel_tool_calls",
+    "add_generation_prompt",
+    "continue_final_message",
+    *OPTION_PARAMS,
 }
 COMPLETION_PARAMS = SAMPLING_PARAMS | {"model", "prompt", "logprobs", "response_format"}
 
@@ -60,20 +66,32 @@ COMPLETION_PARAMS = SAMPLING_PARAMS | {"model", "prompt", "logprobs", "response_
 @dataclass(frozen=True)
 class ChatCompletionRequest:
     model: str
-    system_prompt: str | None
-    """The request's system/developer messages joined; None when it has none (the server's default applies)."""
     history: list[tuple[str, str]]
-    """``(role, content)`` of the turns before the last message, as stored."""
+    """``(role, content)`` of the messages before the last, in order and as stored: system and developer messages
+    where the client put them."""
     prompt: str
-    """The last message: the user's (or a tool result's, rendered)."""
+    """The last message: the user's (or a tool result's, rendered; or an assistant's to go on from)."""
     sampling: SamplingParams
     tools: ToolRequest = field(default_factory=ToolRequest)
     last_role: str = "user"
-    """The last message's role: ``user``, or ``tool`` when it hands back a tool's result."""
+    """The last message's role: ``user``, ``tool`` when it hands back a tool's result, ``assistant`` (a new turn
+    after it, or with :attr:`continue_final` the same turn continued), ``system``/``developer``."""
+    continue_final: bool = False
+    """vLLM's ``continue_final_message``: the last message is left open and the answer goes on from its text."""
+    options: RequestOptions = field(default_factory=RequestOptions)
 
     @property
     def stream(self) -> bool:
         return self.sampling.stream.stream
+
+    @property
+    def end_user(self) -> str:
+        """``safety_identifier`` (OpenAI's successor of ``user``), else ``user``."""
+        return self.options.safety_identifier or self.sampling.end_user
+
+    @property
+    def message_count(self) -> int:
+        return len(self.history) + 1
 
 
 @dataclass(frozen=True)
@@ -144,6 +162,13 @@ def _model(body: dict[str, Any]) -> str:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise OpenAIRequestError("'model' is required: the served model's name (see GET /v1/models).", param="model")
+    if model != model.strip():
+        # As vLLM's server and OpenAI, a name is matched exactly: ' name ' is not 'name' (they answer 404).
+        raise OpenAIRequestError(
+            f"'model' is {model[:200]!r}: remove the surrounding whitespace (see GET /v1/models for the names).",
+            param="model",
+            code="invalid_model",
+        )
     return model
 
 
@@ -225,7 +250,40 @@ def _turn(messages: list[Any], index: int) -> tuple[str, str]:
     return str(role), message_text(message.get("content"), f"{param}.content")
 
 
+def _flag(body: dict[str, Any], name: str, default: bool) -> bool:
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise OpenAIRequestError(f"'{name}' must be true or false.", param=name)
+    return value
+
+
+def _continue_final(body: dict[str, Any]) -> bool:
+    """vLLM's ``add_generation_prompt`` (default true: the answer is a new assistant turn) and
+    ``continue_final_message`` (default false; true: the answer goes on from the last message's text)."""
+    generation_prompt = _flag(body, "add_generation_prompt", True)
+    continue_final = _flag(body, "continue_final_message", False)
+    if continue_final and generation_prompt:
+        # vLLM's words; body.get: only an explicit true is the clash (left out, the default gives way)
+        if body.get("add_generation_prompt") is True:
+            raise OpenAIRequestError(
+                "Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
+                param="continue_final_message",
+            )
+    if not continue_final and not generation_prompt:
+        raise OpenAIRequestError(
+            "'add_generation_prompt': false is served only with 'continue_final_message': true (the answer goes on "
+            "from the last message); leave both out for a new assistant turn.",
+            param="add_generation_prompt",
+            code="unsupported_parameter",
+        )
+    return continue_final
+
+
 def parse_chat_completion(body: Any) -> ChatCompletionRequest:
+    """The call as the chat template will see it: every message in its place and its role, system and developer
+    messages anywhere (as vLLM's server sends them to the template), the last one of any role."""
     if not isinstance(body, dict):
         raise OpenAIRequestError("The body must be a JSON object.")
     refuse_unknown(body, CHAT_PARAMS)
@@ -233,36 +291,33 @@ def parse_chat_completion(body: Any) -> ChatCompletionRequest:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise OpenAIRequestError("'messages' must be a non-empty list of {role, content}.", param="messages")
+    options = parse_options(body)
+    continue_final = _continue_final(body)
     tools = _tools(body)
-    system: list[str] = []
     turns: list[tuple[str, str]] = []
     for index, message in enumerate(messages):
         param = f"messages[{index}]"
         if not isinstance(message, dict):
             raise OpenAIRequestError(f"'{param}' must be an object with 'role' and 'content'.", param=param)
-        if message.get("role") in SYSTEM_ROLES:
-            if turns:
-                raise OpenAIRequestError(
-                    f"'{param}': system/developer messages must come before the conversation.", param=param
-                )
-            system.append(message_text(message.get("content"), f"{param}.content"))
+        role = message.get("role")
+        if role in SYSTEM_ROLES:
+            turns.append((str(role), message_text(message.get("content"), f"{param}.content")))
             continue
         turns.append(_turn(messages, index))
     last = f"messages[{len(messages) - 1}]"
-    if not turns or turns[-1][0] == "assistant":
-        raise OpenAIRequestError("The last message must be the user's (or a tool's result).", param=last)
     if not turns[-1][1].strip():
         raise OpenAIRequestError("The last message must not be empty.", param=f"{last}.content")
     structured = _structured(body, tools)
     sampling = _sampling(body, logprobs=chat_logprobs(body), logprobs_param="top_logprobs", structured=structured)
     return ChatCompletionRequest(
         model=model,
-        system_prompt="\n\n".join(system) if system else None,
         history=turns[:-1],
         prompt=turns[-1][1],
         sampling=sampling,
         tools=tools,
         last_role=turns[-1][0],
+        continue_final=continue_final,
+        options=options,
     )
 
 

@@ -15,14 +15,17 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from accounts.models import User
+from accounts.models import Tier, User
 from chats.models import Chat, ChatOrigin, Message, MessageRole
 from deployments.selection import Served
 from deployments.tokenizer import count_tokens
 from generation.sampling import SamplingSpec
+from openai_api.errors import OpenAIRequestError
 from openai_api.requests import ChatCompletionRequest, CompletionRequest
-from openai_api.tools.prompt import system_prompt_with_tools
+from openai_api.service_tier import service_tier_for
+from openai_api.tools.prompt import history_with_tools
 from runs.models import PromptMode, Run
+from runs.selectors import prompt_cache_key_worker
 from runs.services import SamplingRequest, run_cancel, run_create
 
 
@@ -35,37 +38,55 @@ def _title(text: str) -> str:
     return lines[0][:80] if lines else ""
 
 
+def _check_message_count(*, tier: Tier, count: int) -> None:
+    limit = tier.max_request_messages
+    if count > limit:
+        raise OpenAIRequestError(
+            f"'messages' holds {count} messages; at most {limit} are allowed in one call on the {tier.name} tier.",
+            param="messages",
+            code="too_many_messages",
+        )
+
+
 def chat_completion_create(*, user: User, request: ChatCompletionRequest, deployment: Served) -> list[Run]:
-    """The call's runs, choice ``i`` at index ``i``, all on ``deployment`` (resolved from ``model``)."""
+    """The call's runs, choice ``i`` at index ``i``, all on ``deployment`` (resolved from ``model``).
+
+    Each choice's chat holds the call's messages exactly as sent, in order (system and developer ones where the
+    client put them), then the run's last message; no default system prompt is added (``chats.context``). More
+    messages than the user's tier allows is a 400 before anything is written."""
+    _check_message_count(tier=user.tier, count=request.message_count)
+    options = request.options
+    tier = service_tier_for(user=user, requested=options.service_tier)
+    worker = prompt_cache_key_worker(user=user, prompt_cache_key=options.prompt_cache_key)
     sampling = request.sampling
-    system_prompt = system_prompt_with_tools(request.system_prompt, request.tools)
-    system_tokens = count_tokens(system_prompt) if system_prompt is not None else 0
-    history_tokens = [count_tokens(content) for _, content in request.history]
+    history = history_with_tools(request.history, request.tools)  # the tools' listing, where the template has none
+    history_tokens = [count_tokens(content) for _, content in history]
     runs: list[Run] = []
     with transaction.atomic():
         for index in range(sampling.n):
-            chat = Chat.objects.create(owner=user, title=_title(request.prompt), origin=ChatOrigin.API)
-            rows: list[Message] = []
-            if system_prompt is not None:
-                rows.append(
-                    Message(chat=chat, role=MessageRole.SYSTEM, content=system_prompt, token_count=system_tokens)
-                )
-            rows.extend(
-                Message(chat=chat, role=role, content=content, token_count=tokens)
-                for (role, content), tokens in zip(request.history, history_tokens, strict=False)
+            chat = Chat.objects.create(
+                owner=user, title=_title(request.prompt), origin=ChatOrigin.API, last_worker=worker
             )
-            Message.objects.bulk_create(rows)  # in order: ids follow the conversation
+            Message.objects.bulk_create(  # in order: ids follow the conversation
+                Message(chat=chat, role=role, content=content, token_count=tokens)
+                for (role, content), tokens in zip(history, history_tokens, strict=True)
+            )
             runs.append(
                 run_create(
                     chat_id=chat.pk,
                     user=user,
                     content=request.prompt,
                     sampling=SamplingRequest(max_tokens=sampling.max_tokens, spec=_choice_spec(sampling.spec, index)),
-                    system_prompt=system_prompt,
+                    system_prompt="",  # the fit check counts no system prompt of ours: none is added
+                    prompt_mode=PromptMode.CONTINUE if request.continue_final else PromptMode.CHAT,
                     tools=request.tools.tools or None,
-                    end_user=sampling.end_user,
+                    end_user=request.end_user,
                     prompt_role=MessageRole(request.last_role),
                     deployment=deployment,
+                    service_tier=tier,
+                    metadata=options.metadata,
+                    store=options.store,
+                    prompt_cache_key=options.prompt_cache_key,
                 )
             )
     return runs

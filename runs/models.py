@@ -51,6 +51,9 @@ class PromptMode(models.TextChoices):
     """The chat's messages through the model's chat template (every chat, ``/v1/chat/completions``)."""
     RAW = "raw"
     """The user message's text exactly as given (``/v1/completions``): no template, no history."""
+    CONTINUE = "continue"
+    """The chat's messages through the chat template with the last one (an assistant's, from
+    ``/v1/chat/completions``) left open: the answer goes on from its text (vLLM's ``continue_final_message``)."""
 
 
 class Recovery(models.TextChoices):
@@ -121,6 +124,13 @@ class Run(models.Model):
         blank=True,
         help_text="The caller's own key/value tags (OpenAI's 'metadata' parameter), kept as sent.",
     )
+    prompt_cache_key = models.CharField(
+        max_length=256,
+        blank=True,
+        default="",
+        help_text="OpenAI's 'prompt_cache_key': the caller's runs with the same key prefer the worker that served the "
+        "last of them (its prefix cache).",
+    )
     store = models.BooleanField(
         default=True,
         help_text="OpenAI's 'store': whether the answer stays retrievable (and usable as previous_response_id).",
@@ -161,6 +171,11 @@ class Run(models.Model):
             models.Index(fields=["status", "tier"], name="run_status_tier"),
             models.Index(fields=["chat", "-created_at"], name="run_chat_time"),
             models.Index(fields=["deployment", "-created_at"], name="run_deployment_time"),
+            models.Index(
+                fields=["user", "prompt_cache_key", "-id"],
+                name="run_user_cache_key",
+                condition=~models.Q(prompt_cache_key=""),
+            ),
         ]
         constraints = [
             models.UniqueConstraint(

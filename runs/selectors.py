@@ -27,6 +27,21 @@ def run_active_for_chat(*, chat: Chat) -> Run | None:
     return Run.objects.select_related("assistant_message").filter(chat=chat, status__in=ACTIVE_STATUSES).first()
 
 
+def prompt_cache_key_worker(*, user: User, prompt_cache_key: str) -> str:
+    """The worker that took the user's latest run with ``prompt_cache_key`` ("" when none did): the one whose prefix
+    cache most likely holds that prompt (OpenAI's ``prompt_cache_key``; the index ``run_user_cache_key``)."""
+    if not prompt_cache_key:
+        return ""
+    worker = (
+        Run.objects.filter(user=user, prompt_cache_key=prompt_cache_key)
+        .exclude(worker="")
+        .order_by("-id")
+        .values_list("worker", flat=True)
+        .first()
+    )
+    return worker or ""
+
+
 def run_queue_positions(*, runs: Iterable[Run | None]) -> dict[int, Position]:
     """The queued runs' positions (1 = next) and estimated waits, as the dispatcher last computed them.
 

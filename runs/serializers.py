@@ -70,6 +70,7 @@ class RunOutSerializer(serializers.ModelSerializer[Run]):
             "max_tokens",
             "temperature",
             "top_p",
+            "metadata",
             "input_tokens",
             "output_tokens",
             "attempts",

@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from accounts.limits import EffectiveLimits, user_limits
-from accounts.models import User
+from accounts.models import Tier, User
 from chats.context import message_fit_check
 from chats.models import Chat, Message, MessageRole
 from core.errors import ConflictError, DomainError
@@ -63,6 +63,10 @@ def run_create(
     prompt_role: MessageRole = MessageRole.USER,
     deployment: Served | None = None,
     chat_model: str | None = None,
+    service_tier: Tier | None = None,
+    metadata: dict[str, str] | None = None,
+    store: bool = True,
+    prompt_cache_key: str = "",
 ) -> Run:
     """Stores the user's message and a queued run in the user's chat ``chat_id``; hands the run on after commit.
 
@@ -79,7 +83,9 @@ def run_create(
     tool's result). ``deployment``: the one the caller resolved from the request's ``model``
     (``deployments.selection.resolve_model``; None: the default model, resolved here); its tokenizer counts the
     prompt, and the run is queued for its workers. ``chat_model``: the ``model`` the prompt named, which the chat
-    keeps for its next runs (written by the same statement; None: the chat's stays).
+    keeps for its next runs (written by the same statement; None: the chat's stays). ``service_tier``: the tier the
+    run is queued and scheduled on (its queue, priority and prompt budget; None: the user's), admission and the caps
+    staying the user's. ``metadata``, ``store`` and ``prompt_cache_key`` are stored on the run as given.
     """
     sampling = sampling or SamplingRequest()
     served = deployment or resolve_model(None)  # 404/503 before anything is counted or written
@@ -96,6 +102,10 @@ def run_create(
             prompt_role=prompt_role,
             served=served,
             chat_model=chat_model,
+            service_tier=service_tier,
+            metadata=metadata or {},
+            store=store,
+            prompt_cache_key=prompt_cache_key,
         )
 
 
@@ -112,6 +122,10 @@ def _run_create(
     prompt_role: MessageRole,
     served: Served,
     chat_model: str | None,
+    service_tier: Tier | None,
+    metadata: dict[str, str],
+    store: bool,
+    prompt_cache_key: str,
 ) -> Run:
     limits = user_limits(user=user)  # once per prompt: the cap, admission, then the scheduler's weight
     max_tokens = _resolve_max_tokens(limits=limits, requested=sampling.max_tokens)
@@ -119,7 +133,7 @@ def _run_create(
         check_sampling(sampling.spec, max_tokens=max_tokens)
     except SamplingError as exc:
         raise DomainError(exc.message, code="invalid_sampling") from None
-    tier = user.tier
+    tier = service_tier or user.tier
     token_count = message_fit_check(
         content=content,
         context_limit_tokens=tier.context_limit_tokens,
@@ -146,6 +160,9 @@ def _run_create(
         model=served.name,
         deployment_id=served.id,
         reserved_tokens=ticket.cost,
+        metadata=metadata,
+        store=store,
+        prompt_cache_key=prompt_cache_key,
     )
     lines = content.replace("\x00", "").strip().splitlines()  # the title column holds no NUL (core.nul_text)
     try:

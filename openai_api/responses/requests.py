@@ -109,15 +109,22 @@ class ResponseRequest:
     input: str | list[Any] = ""
     """``input`` as sent (checked)."""
     continues: bool = False
+    instructions: str | None = None
+    """``instructions`` as sent: the chat's first message, a system one (``chat.history[0]`` when given)."""
 
     @property
     def stream(self) -> bool:
         return self.chat.stream
 
     @property
+    def conversation(self) -> list[tuple[str, str]]:
+        """The turns before the last message after the instructions: the continued output first, then the input's."""
+        return self.chat.history[1:] if self.instructions is not None else list(self.chat.history)
+
+    @property
     def new_history(self) -> list[tuple[str, str]]:
         """The turns of this request's own input before its last message (the continued output left out)."""
-        return self.chat.history[1:] if self.continues else self.chat.history
+        return self.conversation[1:] if self.continues else self.conversation
 
 
 def _refuse_unknown(body: dict[str, Any]) -> None:
@@ -382,4 +389,5 @@ def parse_response_create(body: Any, *, previous: PreviousOutput | None = None) 
         truncation=truncation,
         input=body["input"],
         continues=previous is not None,
+        instructions=instructions,
     )

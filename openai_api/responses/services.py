@@ -1,8 +1,9 @@
 """Writes of ``/v1/responses``: a call is one API chat and one run, like a chat completion of one choice
 (``openai_api.services``), with a :class:`ResponseRecord` beside the run.
 
-- The chat always starts with a system message holding ``instructions`` (empty when none is given), so the
-  server's default system prompt is never added: the model sees the caller's instructions and messages only.
+- The chat starts with a system message holding ``instructions`` when they are given; the server's default system
+  prompt is never added (an API chat gets none, ``chats.context.chat_system_prompt``): the model sees the caller's
+  instructions and messages only, as vLLM's server renders them.
 - ``previous_response_id``: the continued response's conversation is copied into the new chat (its messages before
   its answer, without its instructions, which OpenAI does not carry over), then its output as the assistant turn,
   then the new input. A copy rather than a shared chat, so two responses may continue the same one.
@@ -30,7 +31,8 @@ from deployments.tokenizer import count_tokens
 from openai_api.responses.formats import ID_PREFIX
 from openai_api.responses.models import ResponseRecord
 from openai_api.responses.requests import ResponseRequest
-from runs.models import Run
+from openai_api.tools.prompt import history_with_tools
+from runs.models import PromptMode
 from runs.services import SamplingRequest, chat_delete, run_create
 
 
@@ -57,19 +59,28 @@ def _title(text: str) -> str:
 
 
 def _conversation(previous: ResponseRecord | None, request: ResponseRequest) -> list[tuple[str, str, int | None]]:
-    """``(role, content, token_count)`` of the turns before the new message: the continued chat's (their counts
-    known), then this request's history (counted here)."""
+    """``(role, content, token_count)`` of the turns before the new message: the instructions (a system message),
+    the continued chat's turns (their counts known), then this request's history (counted here); with the tools'
+    listing where the served model's template renders none (``openai_api.tools.prompt``)."""
     turns: list[tuple[str, str, int | None]] = []
+    if request.instructions is not None:
+        turns.append((MessageRole.SYSTEM, request.instructions, None))
     if previous is not None:
         run = previous.run
         rows = (
-            Message.objects.filter(chat_id=run.chat_id, id__lte=run.user_message_id)
+            Message.objects.filter(chat_id=run.chat_id, id__lte=run.user_message_id, superseded=False)
             .exclude(role=MessageRole.SYSTEM)
             .order_by("id")
             .values_list("role", "content", "token_count")
         )
         turns.extend((role, content, tokens) for role, content, tokens in rows)
-    turns.extend((role, content, None) for role, content in request.chat.history)
+    turns.extend((role, content, None) for role, content in request.conversation)
+    pairs = [(role, content) for role, content, _ in turns]
+    listed = history_with_tools(pairs, request.chat.tools)
+    if len(listed) > len(pairs):
+        return [(*listed[0], None), *turns]
+    if listed and listed[0] != pairs[0]:
+        return [(*listed[0], None), *turns[1:]]
     return turns
 
 
@@ -83,9 +94,7 @@ def _check_fits(*, user: User, request: ResponseRequest, turns: list[tuple[str, 
         max_model_len=settings.ENGINE.max_model_len,
         max_tokens=max_tokens,
     )
-    system = request.chat.system_prompt or ""
-    messages = [{"role": "system", "content": system}] if system else []
-    messages += [{"role": role, "content": content} for role, content, _ in turns]
+    messages = [{"role": role, "content": content} for role, content, _ in turns]
     messages.append({"role": request.chat.last_role, "content": request.chat.prompt})
     tokens = rendered_token_count(messages)
     if tokens > budget:
@@ -106,28 +115,26 @@ def response_create(
     turns = _conversation(previous, request)
     if request.truncation == "disabled":
         _check_fits(user=user, request=request, turns=turns)
-    system = chat_request.system_prompt or ""
     with transaction.atomic():
         chat = Chat.objects.create(owner=user, title=_title(chat_request.prompt), origin=ChatOrigin.API)
-        rows = [Message(chat=chat, role=MessageRole.SYSTEM, content=system, token_count=count_tokens(system))]
-        rows += [
+        Message.objects.bulk_create(  # in order: ids follow the conversation
             Message(chat=chat, role=role, content=content, token_count=count_tokens(content) if n is None else n)
             for role, content, n in turns
-        ]
-        Message.objects.bulk_create(rows)  # in order: ids follow the conversation
+        )
         run = run_create(
             chat_id=chat.pk,
             user=user,
             content=chat_request.prompt,
             sampling=SamplingRequest(max_tokens=sampling.max_tokens, spec=sampling.spec),
-            system_prompt=system,
+            system_prompt="",  # the fit check counts no system prompt of ours: none is added on /v1
+            prompt_mode=PromptMode.CONTINUE if chat_request.continue_final else PromptMode.CHAT,
             tools=chat_request.tools.tools or None,
-            end_user=sampling.end_user,
+            end_user=chat_request.end_user,
             prompt_role=MessageRole(chat_request.last_role),
             deployment=deployment,
+            metadata=request.metadata,
+            store=request.store,
         )
-        Run.objects.filter(pk=run.pk).update(metadata=request.metadata, store=request.store)
-        run.metadata, run.store = request.metadata, request.store
         public_id = new_response_id()
         record = ResponseRecord.objects.create(
             public_id=public_id, run=run, request=request.echo, input_items=input_items_of(public_id, request.input)

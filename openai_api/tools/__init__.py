@@ -17,7 +17,7 @@ The boundary another endpoint (``/v1/responses`` function tools) uses: :func:`~o
 (a chat-completions-shaped ``{tools, tool_choice, parallel_tool_calls}``) gives the
 :class:`~openai_api.tools.parsing.ToolRequest` whose ``structured`` is the constraint
 (:func:`~openai_api.tools.parsing.request_structured_outputs` with a ``response_format``);
-:func:`~openai_api.tools.prompt.system_prompt_with_tools` the system prompt;
+:func:`~openai_api.tools.prompt.history_with_tools` the leading system message;
 :func:`~openai_api.tools.calls.parse_tool_output` and :class:`~openai_api.tools.streaming.ToolCallStream` read the
 answer.
 - :mod:`openai_api.tools.history`: assistant ``tool_calls`` messages and ``tool`` messages of the conversation,

@@ -2,19 +2,19 @@
 
 vLLM hands ``tools`` to the chat template and nothing else; a template without a tools section leaves the model
 blind to them, so a call it is forced or allowed to make would be a guess. Here, when
-:func:`deployments.tokenizer.template_renders_tools` says the template ignores them, the system prompt gets
-:func:`tool_prompt`: the functions (name, description, parameters schema) and the form of a call this server's
-grammars accept (the "required" array, :mod:`openai_api.tools.grammar`), worded for the tool choice. A template that
-renders tools gets them the usual way and no text from here. The text is part of the prompt: it counts as input
-tokens (SmolLM2: about 65 plus about 67 per small tool, ``bench/tools_auto_cost.py``).
+:func:`deployments.tokenizer.template_renders_tools` says the template ignores them, the leading system message gets
+:func:`tool_prompt` (:func:`history_with_tools`): the functions (name, description, parameters schema) and the form
+of a call this server's grammars accept (the "required" array, :mod:`openai_api.tools.grammar`), worded for the tool
+choice. A template that renders tools gets them the usual way and no text from here. The text is part of the prompt:
+it counts as input tokens (SmolLM2: about 65 plus about 67 per small tool, ``bench/tools_auto_cost.py``).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
-from django.conf import settings
-
+from chats.models import MessageRole
 from deployments.tokenizer import template_renders_tools
 from openai_api.tools.parsing import ToolMode, ToolRequest
 
@@ -50,12 +50,15 @@ def tool_prompt(tools: ToolRequest) -> str | None:
     return head + how + " If no function is needed, answer the user in plain text instead."
 
 
-def system_prompt_with_tools(system_prompt: str | None, tools: ToolRequest) -> str | None:
-    """The system prompt a run with ``tools`` is stored with: ``system_prompt`` (None: the server's default,
-    ``CHAT_SYSTEM_PROMPT``) followed by :func:`tool_prompt`, when the served model's template renders no tools;
-    else ``system_prompt`` unchanged. Call it with the request's deployment selected (``using_model``)."""
+def history_with_tools(history: Sequence[tuple[str, str]], tools: ToolRequest) -> list[tuple[str, str]]:
+    """``history`` (``(role, content)``, in order) with :func:`tool_prompt` when the served model's template renders
+    no tools: appended to its leading system message, or as a system message of its own first. Unchanged otherwise.
+    No server default is added: on ``/v1`` the prompt is the client's messages (``chats.context``). Call it with
+    the request's deployment selected (``using_model``)."""
     text = tool_prompt(tools)
     if text is None or template_renders_tools():
-        return system_prompt
-    base = settings.CONTEXT.system_prompt if system_prompt is None else system_prompt
-    return f"{base.rstrip()}\n\n{text}" if base.strip() else text
+        return list(history)
+    if history and history[0][0] == MessageRole.SYSTEM:
+        role, content = history[0]
+        return [(role, f"{content.rstrip()}\n\n{text}" if content.strip() else text), *history[1:]]
+    return [(MessageRole.SYSTEM.value, text), *history]

@@ -33,14 +33,14 @@ def test_text_parts_developer_role_and_defaults() -> None:
             seed=3,
         )
     )
-    assert parsed.system_prompt == "Be brief.\n\nNo emoji."
-    assert parsed.history == [("user", "a"), ("assistant", "b")]
+    # Each system/developer message is kept in its place and role, as the chat template will see it.
+    assert parsed.history == [("developer", "Be brief."), ("system", "No emoji."), ("user", "a"), ("assistant", "b")]
     assert parsed.prompt == "c"
     assert parsed.sampling.max_tokens == 7
     assert (parsed.sampling.spec.temperature, parsed.sampling.spec.top_p) == (1.0, 1.0)  # OpenAI's defaults
     assert parsed.sampling.spec.seed == 3 and parsed.sampling.end_user == "someone"
     assert parsed.stream is False and parsed.sampling.stream.include_usage is False
-    assert parse_chat_completion(body()).system_prompt is None
+    assert parse_chat_completion(body()).history == []
 
 
 def test_every_sampling_parameter_reaches_the_spec() -> None:
@@ -110,7 +110,6 @@ def test_completion_refusals_name_their_parameter(overrides: dict[str, Any], par
         ({"messages": []}, "messages"),
         ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
         ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages[0].content[0]"),
-        ({"messages": [{"role": "user", "content": "a"}, {"role": "system", "content": "s"}]}, "messages[1]"),
         ({"messages": [{"role": "user", "content": "   "}]}, "messages[0].content"),
         ({"n": 0}, "n"),
         ({"n": 9}, "n"),
@@ -187,7 +186,7 @@ def test_a_nul_in_a_message_is_kept_as_sent() -> None:
     parsed = parse_chat_completion(
         body(messages=[{"role": "system", "content": "s\x00"}, {"role": "user", "content": parts}])
     )
-    assert (parsed.system_prompt, parsed.prompt) == ("s\x00", "a\x00b")
+    assert (parsed.history, parsed.prompt) == ([("system", "s\x00")], "a\x00b")
 
 
 def _post(raw: bytes, **extra: Any) -> HttpRequest:

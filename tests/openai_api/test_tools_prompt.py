@@ -8,10 +8,9 @@ from typing import Any
 
 import pytest
 
-from deployments import tokenizer as tokenizer_module
 from deployments.tokenizer import apply_chat_template, template_renders_tools
 from openai_api.tools.parsing import parse_tools
-from openai_api.tools.prompt import CALL_FORM, system_prompt_with_tools, tool_prompt
+from openai_api.tools.prompt import CALL_FORM, history_with_tools, tool_prompt
 
 WEATHER: dict[str, Any] = {
     "type": "function",
@@ -48,14 +47,17 @@ def test_the_prompt_lists_every_tool_and_says_how_to_call_for_each_choice() -> N
     assert tool_prompt(parse_tools({})) is None
 
 
-def test_the_system_prompt_gains_the_tools_only_when_the_template_shows_none(
+def test_the_leading_system_message_gains_the_tools_only_when_the_template_shows_none(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     auto = parse_tools({"tools": TOOLS})
     text = tool_prompt(auto)
-    assert system_prompt_with_tools("Be brief.", auto) == f"Be brief.\n\n{text}"
-    default = tokenizer_module.settings.CONTEXT.system_prompt
-    assert system_prompt_with_tools(None, auto) == f"{default}\n\n{text}"
-    assert system_prompt_with_tools(None, parse_tools({"tools": TOOLS, "tool_choice": "none"})) is None
+    user = ("user", "hi")
+    assert history_with_tools([("system", "Be brief."), user], auto) == [("system", f"Be brief.\n\n{text}"), user]
+    # No system message of the client's: one of ours holds the tools alone (no server default on /v1).
+    assert history_with_tools([user], auto) == [("system", text), user]
+    assert history_with_tools([], auto) == [("system", text)]
+    none = parse_tools({"tools": TOOLS, "tool_choice": "none"})
+    assert history_with_tools([user], none) == [user]
     monkeypatch.setattr("openai_api.tools.prompt.template_renders_tools", lambda: True)
-    assert system_prompt_with_tools("Be brief.", auto) == "Be brief."
+    assert history_with_tools([("system", "Be brief."), user], auto) == [("system", "Be brief."), user]

@@ -33,13 +33,15 @@ def test_a_string_input_with_instructions_and_the_sampling_parameters() -> None:
         body(instructions="Be brief.", max_output_tokens=20, temperature=0, top_p=0.5, safety_identifier="u-1")
     )
     chat = parsed.chat
-    assert (chat.system_prompt, chat.history, chat.prompt, chat.last_role) == ("Be brief.", [], "hi", "user")
+    assert (chat.history, chat.prompt, chat.last_role) == ([("system", "Be brief.")], "hi", "user")
+    assert (parsed.instructions, parsed.conversation) == ("Be brief.", [])
     assert chat.sampling.max_tokens == 20 and chat.sampling.spec.temperature == 0.0 and chat.sampling.spec.top_p == 0.5
-    assert chat.sampling.end_user == "u-1"
+    assert chat.end_user == "u-1"
     assert parsed.store is True and parsed.metadata == {} and parsed.truncation == "disabled"
     assert parsed.echo["instructions"] == "Be brief." and parsed.echo["tool_choice"] == "none"
-    # No instructions: no system prompt at all (the service stores an empty one, so no default is added).
-    assert parse_response_create(body()).chat.system_prompt is None
+    # No instructions: no system message at all (and on /v1 no default is added: the template's own applies).
+    plain = parse_response_create(body())
+    assert plain.instructions is None and plain.chat.history == []
 
 
 def test_input_items_messages_parts_and_a_function_call_round_trip() -> None:
@@ -56,8 +58,8 @@ def test_input_items_messages_parts_and_a_function_call_round_trip() -> None:
         )
     )
     chat = parsed.chat
-    assert chat.system_prompt == "Answer in French."
     assert chat.history == [
+        ("developer", "Answer in French."),
         ("user", "Weather in Paris?"),
         ("assistant", '[{"name": "get_weather", "parameters": {"city": "Paris"}}]'),
     ]
