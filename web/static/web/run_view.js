@@ -8,7 +8,7 @@
 import { api } from "./api.js";
 import { Connection, FinishReason, RunStatus, STREAM_ERROR_EVENT, StreamEvent, isTerminal } from "./constants.js";
 import { formatSeconds } from "./dom.js";
-import { renderMarkdown } from "./markdown.js";
+import { LiveMarkdown } from "./live_markdown.js";
 import { clearProgress, loadProgress, saveProgress } from "./progress.js";
 import { RunStream } from "./stream.js";
 
@@ -56,9 +56,10 @@ export class RunView {
   #polling = false;
   #lastActivity = Date.now();
   #finished = false;
-  #renderQueued = false;
+  #view; // the LiveMarkdown of the bubble
   #connectionLost = false;
   #lostTimer = null;
+  #stick = true;
   #messages;
   #statusLine;
   #onFinished;
@@ -87,7 +88,12 @@ export class RunView {
     this.#messages = messages;
     this.#statusLine = statusLine;
     this.#onFinished = onFinished;
-    if (this.#text) renderMarkdown(body, this.#text); // the partial answer shows at once after a reload
+    this.#view = new LiveMarkdown(body, { onRender: () => this.#rendered() });
+    this.#stick = messages.nearBottom();
+    if (this.#text) {
+      this.#view.set(this.#text);
+      this.#view.flush(); // the partial answer shows at once after a reload
+    }
   }
 
   get id() {
@@ -151,20 +157,16 @@ export class RunView {
     this.#statusLine.set(status === RunStatus.STREAMING ? "" : text);
   }
 
-  #render() {
-    this.#renderQueued = false;
-    if (this.#finished) return;
-    const stick = this.#messages.nearBottom();
-    renderMarkdown(this.#body, this.#text);
-    this.#save();
-    if (stick) this.#messages.scrollToBottom();
+  /** After each render: keep the reader at the bottom if they were there, and save the progress. */
+  #rendered() {
+    if (this.#stick) this.#messages.scrollToBottom();
+    if (!this.#finished) this.#save();
   }
 
   #scheduleRender() {
-    if (this.#renderQueued) return;
-    this.#renderQueued = true;
-    if (document.hidden) setTimeout(() => this.#render(), 100);
-    else requestAnimationFrame(() => this.#render());
+    // Whether to follow the text is decided before it grows (after, the new text is below the fold).
+    this.#stick = this.#messages.nearBottom();
+    this.#view.set(this.#text);
   }
 
   #connect() {
@@ -279,7 +281,8 @@ export class RunView {
     clearInterval(this.#pollTimer);
     clearTimeout(this.#lostTimer);
     if (typeof text === "string") this.#text = text;
-    renderMarkdown(this.#body, this.#text);
+    this.#stick = this.#messages.nearBottom();
+    this.#view.finish(this.#text);
     this.#body.setAttribute("aria-busy", "false");
     this.#bubble.classList.remove(WRITING_CLASS);
     this.#bubble.dataset.status = status;
