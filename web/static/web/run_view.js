@@ -60,6 +60,7 @@ export class RunView {
   #connectionLost = false;
   #lostTimer = null;
   #stick = true;
+  #prefix; // a continued answer's text before this run: a reset goes back to it
   #messages;
   #statusLine;
   #onFinished;
@@ -69,7 +70,7 @@ export class RunView {
    * message it writes into. `messages`: the MessageList (scrolling). `statusLine`: the page's live region.
    * `onFinished(view, { announcement, error })`: once, when the run ends (not when detached).
    */
-  constructor(run, { bubble, messages, statusLine, onFinished }) {
+  constructor(run, { bubble, prefix = "", messages, statusLine, onFinished }) {
     bubble.classList.add(WRITING_CLASS);
     bubble.dataset.runId = String(run.id);
     const body = bubble.querySelector(".message-body");
@@ -80,7 +81,8 @@ export class RunView {
     this.#streamUrl = run.stream_url;
     this.#initial = run;
     this.#status = run.status;
-    this.#text = saved ? saved.text : "";
+    this.#prefix = prefix;
+    this.#text = saved ? saved.text : prefix;
     this.#lastEventId = saved ? saved.lastEventId : 0;
     this.#bubble = bubble;
     this.#body = body;
@@ -102,6 +104,11 @@ export class RunView {
 
   get chatId() {
     return this.#chatId;
+  }
+
+  /** The assistant bubble it writes into. */
+  get bubble() {
+    return this.#bubble;
   }
 
   /** Ended, or detached: the view no longer changes. */
@@ -221,7 +228,7 @@ export class RunView {
         this.#scheduleRender();
         break;
       case StreamEvent.RESET:
-        this.#text = "";
+        this.#text = this.#prefix;
         this.#scheduleRender();
         break;
       case StreamEvent.STATUS:
