@@ -10,6 +10,8 @@
 //   answer_actions.js  under each answer: versions, copy, rating, regenerate, continue, model and tokens
 //   composer.js   the prompt box, Send and Stop
 //   model_picker.js  the model a chat uses (GET /api/models), above the prompt box
+//   search.js     search across the user's chats, in the sidebar
+//   chat_settings.js  the open chat's system prompt and temperature, its export links
 //   chat_page.js  opening a chat, sending, stopping: the coordination
 //   alerts.js, account.js, progress.js, api.js, stream.js, markdown.js, live_markdown.js, clipboard.js
 //   theme.js      (a classic script in <head>) the light / dark / system theme toggle
@@ -18,10 +20,12 @@ import { AccountBadge } from "./account.js";
 import { AlertBar } from "./alerts.js";
 import { AnswerActions } from "./answer_actions.js";
 import { ChatPage } from "./chat_page.js";
+import { ChatSettings } from "./chat_settings.js";
 import { Composer } from "./composer.js";
 import { StatusLine, findElements } from "./dom.js";
 import { MessageList } from "./messages.js";
 import { ModelPicker } from "./model_picker.js";
+import { ChatSearch } from "./search.js";
 import { Sidebar } from "./sidebar.js";
 
 function chatIdFromPath() {
@@ -53,6 +57,8 @@ function init() {
     onDeleted: (chatId) => page.chatDeleted(chatId),
     onError: (message) => alerts.error(message),
   });
+  const settings = new ChatSettings(ui, { onSaved: (chat) => sidebar.upsert(chat, { onlyIfKnown: true }) });
+  new ChatSearch(ui, { onOpen: (chatId) => page.open(chatId, { push: true }) });
   page = new ChatPage({
     chatTitle: ui.chatTitle,
     messages,
@@ -63,6 +69,7 @@ function init() {
     account,
     statusLine,
     actions,
+    settings,
   });
 
   window.addEventListener("popstate", () => page.open(chatIdFromPath()));

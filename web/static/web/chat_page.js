@@ -10,8 +10,9 @@ import { chatLabel } from "./sidebar.js";
 export class ChatPage {
   /** The parts: `chatTitle` (the heading element), a MessageList, Sidebar, Composer, ModelPicker,
    * AlertBar, AccountBadge and the StatusLine. */
-  constructor({ chatTitle, messages, sidebar, composer, picker, alerts, account, statusLine, actions }) {
+  constructor({ chatTitle, messages, sidebar, composer, picker, alerts, account, statusLine, actions, settings }) {
     this.actions = actions; // the AnswerActions of the message list
+    this.settings = settings; // the ChatSettings: the open chat's settings dialog and export links
     this.chatTitle = chatTitle;
     this.messages = messages;
     this.sidebar = sidebar;
@@ -48,6 +49,7 @@ export class ChatPage {
     // A new chat starts on the default model; an existing one shows its own once it has been read.
     this.picker.show("");
     this.picker.setBusy(Boolean(chatId));
+    this.settings.show(null);
     if (window.matchMedia("(max-width: 768px)").matches) this.sidebar.setOpen(false, { focus: false });
     if (!chatId) {
       this.composer.focus();
@@ -71,6 +73,7 @@ export class ChatPage {
     if (!this.messages.isCurrent(token)) return;
     this.sidebar.upsert(chat, { onlyIfKnown: true });
     this.chatTitle.textContent = chatLabel(chat);
+    this.settings.show(chat);
     this.picker.show(chat.model);
     this.picker.setBusy(false);
     document.title = `${chatLabel(chat)} · Chat`;
@@ -107,6 +110,7 @@ export class ChatPage {
         chatId = chat.id;
         this.picker.show(chat.model);
         this.messages.adopt(chatId);
+        this.settings.show(chat);
         window.history.pushState({ chatId }, "", `/c/${chatId}`);
         this.sidebar.upsert(chat, { toTop: true });
         this.sidebar.markCurrent();
