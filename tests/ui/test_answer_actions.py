@@ -34,7 +34,7 @@ def test_copy_as_markdown_as_text_and_one_code_block(page: Page, context, login,
     assert clipboard(page) == ANSWER
     expect(page.locator("#run-status")).to_have_text("Copied to the clipboard.")
 
-    answer.get_by_role("button", name="Copy as plain text").click()
+    answer.get_by_role("button", name="Copy as text").click()
     text = clipboard(page)
     assert "**" not in text and "```" not in text and "Copy code" not in text
     assert "Here is bold and a list:" in text and "one" in text and "print('hi')" in text

@@ -96,7 +96,7 @@ export class AnswerActions {
     bar.append(
       versions,
       button("copy-markdown", "Copy", "Copy as Markdown"),
-      button("copy-text", "Copy text", "Copy as plain text"),
+      button("copy-text", "Copy as text"),
       button("rate-up", "👍", "Good answer"),
       button("rate-down", "👎", "Bad answer"),
       button("regenerate", "Regenerate", "Regenerate this answer"),
