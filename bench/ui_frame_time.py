@@ -45,8 +45,13 @@ class Handler(SimpleHTTPRequestHandler):
         pass
 
 
-def rounded(entries: list[tuple[float, float]]) -> list[list[int]]:
-    return [[round(at), round(ms)] for at, ms in entries]
+def summary(entries: list[tuple[float, float]]) -> str:
+    """Their count and longest; each one as [ms since the stream started, duration ms] while there are few."""
+    if not entries:
+        return "0"
+    longest = max(ms for _, ms in entries)
+    listed = f" {[[round(at), round(ms)] for at, ms in entries]}" if len(entries) <= 8 else ""
+    return f"{len(entries)} (longest {longest:.0f} ms){listed}"
 
 
 def main() -> None:
@@ -79,9 +84,8 @@ def main() -> None:
                     f"{f.stream_ms / 1000:.1f} s; {f.renders} renders, render mean {f.render_mean_ms:.2f} ms, "
                     f"p50 {f.render_p50_ms:.2f}, p95 {f.render_p95_ms:.2f}, max {f.render_max_ms:.2f} ms; "
                     f"final full render {f.finish_ms:.1f} ms; {f.frames} frames, longest gap "
-                    f"{f.frame_gap_max_ms:.1f} ms; long animation frames (>50 ms, as [at ms, duration ms]): "
-                    f"{len(f.long_frames)} {rounded(f.long_frames)}; long tasks: {len(f.long_tasks)} "
-                    f"{rounded(f.long_tasks)}"
+                    f"{f.frame_gap_max_ms:.1f} ms; long animation frames (>50 ms): {summary(f.long_frames)}; "
+                    f"long tasks: {summary(f.long_tasks)}; load average {os.getloadavg()[0]:.2f}"
                     + ("" if f.observes_long_frames else " (this Chromium has no long-animation-frame entries)")
                 )
             browser.close()
