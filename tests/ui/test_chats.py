@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect
@@ -92,11 +93,11 @@ def test_export_links_download_markdown_and_json(page: Page, login) -> None:
         page.get_by_role("link", name="Export Markdown").click()
     markdown = markdown_download.value
     assert markdown.suggested_filename.endswith(".md")
-    text = open(markdown.path(), encoding="utf-8").read()  # noqa: PTH123
+    text = Path(markdown.path()).read_text(encoding="utf-8")
     assert "What is 2 + 2?" in text and "**4**" in text
     with page.expect_download() as json_download:
         page.get_by_role("link", name="Export JSON").click()
-    exported = json.loads(open(json_download.value.path(), encoding="utf-8").read())  # noqa: PTH123
+    exported = json.loads(Path(json_download.value.path()).read_text(encoding="utf-8"))
     assert [m["content"] for m in exported["messages"]] == ["What is 2 + 2?", "**4**"]
 
 
