@@ -8,8 +8,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.csrf import ensure_csrf_cookie
 
-# Defence in depth for the chat page: no inline script, no foreign origin. Model output and user text are
-# sanitized by DOMPurify anyway (see static/web/markdown.js); this stops anything that slipped through.
+# Defence in depth for the pages: no inline script, no foreign origin. Model output is sanitized by DOMPurify and
+# user text only becomes text nodes anyway (see static/web/markdown.js); this stops anything that slipped through.
 CONTENT_SECURITY_POLICY = "; ".join(
     [
         "default-src 'self'",

@@ -10,7 +10,7 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
-from bench.lib.ui_frames import measure_stream
+from bench.lib.ui_frames import markdown_answer, measure_stream
 from chats.models import MessageRole
 from tests.factories import ChatFactory, MessageFactory, UserFactory
 
@@ -186,3 +186,39 @@ def test_a_4000_token_answer_streams_without_a_long_frame(page: Page, login, scr
         f" max {last.render_max_ms:.1f}; long frames per attempt: {[a.long_frames for a in attempts]}"
     )
     assert last.long_frames == [], f"long animation frames (start ms, duration ms) in every attempt: {attempts}"
+
+
+TRICKY = (
+    "Intro paragraph\nstill the same paragraph\n\nA setext heading\n===\n\n- item one\n\n- item two, loose now\n\n"
+    "    indented code inside item two\n\n1. one\n1. two\n\n"
+    "```js\nconst open = true;\n\n// a blank line inside\n```\n\n"
+    "> quote\ncontinued lazily\n\n| a | b |\n| - | - |\n| 1 | 2 |\n\nlast words with `code` and **bold**"
+)
+
+
+def test_incremental_rendering_matches_a_full_render_at_every_step(page: Page, login) -> None:
+    """The streaming view, fed the text piece by piece, shows exactly what rendering the same text whole shows."""
+    login(UserFactory.create())
+    page.goto("/")
+    pieces = [*re.findall(r"[\s\S]{1,3}", TRICKY), *markdown_answer(600)]
+    mismatches = page.evaluate(
+        """async (pieces) => {
+          const { LiveMarkdown } = await import("/static/web/live_markdown.js");
+          const { renderMarkdown } = await import("/static/web/markdown.js");
+          const live = document.createElement("div");
+          const whole = document.createElement("div");
+          const view = new LiveMarkdown(live);
+          const bad = [];
+          let text = "";
+          for (const piece of pieces) {
+            text += piece;
+            view.set(text);
+            view.flush();
+            renderMarkdown(whole, text);
+            if (live.innerHTML !== whole.innerHTML) bad.push(text.length);
+          }
+          return bad;
+        }""",
+        pieces,
+    )
+    assert mismatches == [], f"the incremental view differs from a full render at lengths {mismatches[:10]}"
