@@ -5,7 +5,7 @@ remembered across reloads (localStorage)."""
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from playwright.sync_api import Page, expect
@@ -44,7 +44,7 @@ def _chat_with_answer(user: Any) -> Any:
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
-def test_no_serious_axe_violations_on_any_page(page: Page, login, screenshot, scheme: str) -> None:
+def test_no_serious_axe_violations_on_any_page(page: Page, login, screenshot, scheme: Literal["light", "dark"]) -> None:
     page.emulate_media(color_scheme=scheme)
     page.goto("/login/")
     expect(page.get_by_role("button", name="Sign in")).to_be_visible()
