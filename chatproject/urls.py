@@ -3,11 +3,20 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from accounts.apis import TokenApi
-from chats.apis import ChatListCreateApi
+from chats.apis import ChatExportApi, ChatListCreateApi, ChatSearchApi
 from deployments.apis import ModelListApi
+from feedback.apis import RunFeedbackApi
 from monitoring.health import healthz, readyz
 from monitoring.prometheus import metrics
-from runs.apis import ChatDetailApi, ChatMessagesApi, RunCancelApi, RunDetailApi
+from runs.apis import (
+    ChatContinueApi,
+    ChatDetailApi,
+    ChatMessagesApi,
+    ChatRegenerateApi,
+    RunCancelApi,
+    RunDetailApi,
+    UsageApi,
+)
 from runs.streaming.views import run_stream
 
 urlpatterns = [
@@ -18,10 +27,16 @@ urlpatterns = [
     path("api/auth/token", TokenApi.as_view(), name="auth-token"),
     path("api/chats", ChatListCreateApi.as_view(), name="chat-list"),
     path("api/chats/<int:chat_id>", ChatDetailApi.as_view(), name="chat-detail"),
+    path("api/chats/search", ChatSearchApi.as_view(), name="chat-search"),
     path("api/chats/<int:chat_id>/messages", ChatMessagesApi.as_view(), name="chat-messages"),
+    path("api/chats/<int:chat_id>/regenerate", ChatRegenerateApi.as_view(), name="chat-regenerate"),
+    path("api/chats/<int:chat_id>/continue", ChatContinueApi.as_view(), name="chat-continue"),
+    path("api/chats/<int:chat_id>/export", ChatExportApi.as_view(), name="chat-export"),
     path("api/models", ModelListApi.as_view(), name="model-list"),
     path("api/runs/<int:run_id>", RunDetailApi.as_view(), name="run-detail"),
     path("api/runs/<int:run_id>/cancel", RunCancelApi.as_view(), name="run-cancel"),
+    path("api/runs/<int:run_id>/feedback", RunFeedbackApi.as_view(), name="run-feedback"),
+    path("api/usage", UsageApi.as_view(), name="usage"),
     path("api/runs/<int:run_id>/stream", run_stream, name="run-stream"),
     path("", include("openai_api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

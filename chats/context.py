@@ -66,6 +66,18 @@ def prompt_budget(*, context_limit_tokens: int, max_model_len: int, max_tokens: 
     return min(context_limit_tokens, max_model_len) - max_tokens
 
 
+def chat_system_prompt(*, chat_prompt: str = "", own_system: str | None = None) -> str:
+    """The system prompt a run of a chat is rendered with: the one place it is chosen.
+
+    ``own_system``: the chat's own system message (an OpenAI-compatible call brings one: it is used as it is);
+    else ``chat_prompt``, the chat's ``system_prompt`` setting (``PATCH /api/chats/{id}``); else, when that is
+    empty, the server's default ``CONTEXT.system_prompt``.
+    """
+    if own_system is not None:
+        return own_system
+    return chat_prompt if chat_prompt.strip() else settings.CONTEXT.system_prompt
+
+
 def system_content(*, system_prompt: str, summary: str) -> str:
     parts = [system_prompt.strip()]
     if summary.strip():
@@ -162,7 +174,7 @@ def plan_chat_prompt(*, chat: Chat, user_message: Message, context_limit_tokens:
     :func:`plan_prompt`); ``context_limit_tokens`` is the tier's, ``max_tokens`` the answer's."""
     config = settings.CONTEXT
     summary = chat.summary
-    earlier = Message.objects.filter(chat_id=chat.pk, id__lt=user_message.pk)
+    earlier = Message.objects.filter(chat_id=chat.pk, id__lt=user_message.pk, superseded=False)
     if chat.summary_through_id is not None and chat.summary_through_id < user_message.pk:
         # The turns after the summary, and the chat's own system message (an OpenAI-compatible call may bring
         # one: it replaces the default prompt), in one query.
@@ -182,7 +194,7 @@ def plan_chat_prompt(*, chat: Chat, user_message: Message, context_limit_tokens:
         max_tokens=max_tokens,
     )
     return plan_prompt(
-        system_prompt=config.system_prompt if own_system is None else own_system,
+        system_prompt=chat_system_prompt(chat_prompt=chat.system_prompt, own_system=own_system),
         summary=summary,
         turns=turns,
         new_message=user_message.content,
@@ -205,15 +217,13 @@ def message_fit_check(
     """The message's token count; raises :class:`MessageTooLong` if it cannot fit in a prompt even alone.
 
     Called when a message is posted, so an oversized one is refused before anything is written.
-    ``system_prompt`` is the chat's own, when it has one (else ``CONTEXT.system_prompt``).
+    ``system_prompt`` is the one the chat's runs use (:func:`chat_system_prompt`; None: the default).
     """
     budget = prompt_budget(
         context_limit_tokens=context_limit_tokens, max_model_len=settings.ENGINE.max_model_len, max_tokens=max_tokens
     )
     tokens = count_tokens(content)
-    system = system_content(
-        system_prompt=settings.CONTEXT.system_prompt if system_prompt is None else system_prompt, summary=""
-    )
+    system = system_content(system_prompt=chat_system_prompt() if system_prompt is None else system_prompt, summary="")
     alone = rendered_token_count(_messages(system, [], content))
     if alone > budget:
         limit = max(0, budget - (alone - tokens))

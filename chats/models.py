@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.search import SearchVector
 from django.db import models
+
+SEARCH_CONFIG = "simple"
+"""The text-search configuration of chat search: ``simple`` (lower-cased words, no stemming, no stop words) treats
+every language alike; the GIN indexes are built on exactly the vectors ``chats.selectors.chat_search`` queries."""
+
+MAX_SYSTEM_PROMPT_CHARS = 4000
 
 
 class ChatOrigin(models.TextChoices):
@@ -43,10 +51,23 @@ class Chat(models.Model):
     last_worker = models.CharField(
         max_length=200, blank=True, default="", help_text="Worker that served the last turn (prefix-cache affinity)."
     )
+    system_prompt = models.TextField(
+        blank=True,
+        default="",
+        help_text="The chat's own system prompt for its runs (empty: the server's CONTEXT.system_prompt).",
+    )
+    temperature = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="Sampling temperature of the chat's runs when a prompt names none (null: the default, 0.7).",
+    )
 
     class Meta:
         # The sidebar: one owner's conversations (origin web), most recent activity first.
-        indexes = [models.Index(fields=["owner", "origin", "-updated_at", "-id"], name="chat_owner_origin_activity")]
+        indexes = [
+            models.Index(fields=["owner", "origin", "-updated_at", "-id"], name="chat_owner_origin_activity"),
+            GinIndex(SearchVector("title", config=SEARCH_CONFIG), name="chat_title_search"),
+        ]
 
     def __str__(self) -> str:
         return self.title or f"Chat {self.pk}"
@@ -66,9 +87,17 @@ class Message(models.Model):
     content = models.TextField()
     token_count = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
+    superseded = models.BooleanField(
+        default=False,
+        help_text="An earlier version of an answer (regenerated, or continued into a longer one): kept and listed "
+        "with the current version, never in a prompt.",
+    )
 
     class Meta:
-        indexes = [models.Index(fields=["chat", "-created_at", "-id"], name="message_chat_time")]
+        indexes = [
+            models.Index(fields=["chat", "-created_at", "-id"], name="message_chat_time"),
+            GinIndex(SearchVector("content", config=SEARCH_CONFIG), name="message_content_search"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.role}: {self.content[:40]}"

@@ -8,12 +8,15 @@ from django.conf import settings
 from django.core.validators import RegexValidator
 from rest_framework import serializers
 
-from chats.models import Chat, Message
+from chats.models import MAX_SYSTEM_PROMPT_CHARS, Chat, Message
 from core.http.fields import StrictCharField, StrictFloatField, StrictIntegerField
 from core.http.serializers import StrictSerializer
 from deployments.models import MODEL_SPEC_PATTERN
 from generation.sampling import INT64_MAX, INT64_MIN, MAX_STOP_SEQUENCES, SamplingError, SamplingSpec, check_sampling
 from generation.structured_outputs import structured_from_request
+
+DEFAULT_TEMPERATURE = 0.7
+"""A run's temperature when neither its prompt nor its chat's settings name one."""
 
 MODEL_HELP = (
     "'name' (each run goes to a ready version of it, by the versions' traffic weights) or 'name@version' (pinned "
@@ -38,7 +41,7 @@ def model_field(*, allow_blank: bool, help_text: str = MODEL_HELP, **kwargs: Any
 class ChatOutSerializer(serializers.ModelSerializer[Chat]):
     class Meta:
         model = Chat
-        fields = ["id", "title", "model", "created_at", "updated_at"]
+        fields = ["id", "title", "model", "system_prompt", "temperature", "created_at", "updated_at"]
 
 
 class ChatInSerializer(StrictSerializer):
@@ -51,6 +54,53 @@ class ChatUpdateSerializer(StrictSerializer):
 
     title = StrictCharField(max_length=200, required=False, allow_blank=True, help_text="The new title.")
     model = model_field(allow_blank=True, required=False)
+    system_prompt = StrictCharField(
+        max_length=MAX_SYSTEM_PROMPT_CHARS,
+        required=False,
+        allow_blank=True,
+        trim_whitespace=False,
+        help_text="The system prompt of the chat's later runs; empty: the server's default.",
+    )
+    temperature = StrictFloatField(
+        required=False,
+        allow_null=True,
+        min_value=0.0,
+        max_value=2.0,
+        help_text="Sampling temperature of the chat's later runs when a prompt names none; null: the default (0.7).",
+    )
+
+
+class ChatSearchSerializer(StrictSerializer):
+    """``GET /api/chats/search``'s query parameters (besides the page's ``cursor`` and ``limit``)."""
+
+    q = StrictCharField(
+        max_length=200,
+        allow_blank=False,
+        help_text='Words to find in the titles and messages of your chats (web-search syntax: "a phrase", or, -word).',
+    )
+    cursor = serializers.CharField(required=False, allow_blank=True)
+    limit = serializers.CharField(required=False, allow_blank=True)
+
+    def validate_q(self, value: str) -> str:
+        if not value.strip():
+            raise serializers.ValidationError("must not be empty or only whitespace.")
+        return value
+
+
+class ChatSearchHitSerializer(serializers.Serializer[Any]):
+    chat = serializers.IntegerField()
+    title = serializers.CharField()
+    message = serializers.IntegerField(allow_null=True, help_text="The newest matching message (null: the title).")
+    snippet = serializers.CharField(help_text="Plain text (never HTML) around the words found.")
+    highlights = serializers.ListField(
+        child=serializers.ListField(child=serializers.IntegerField(), min_length=2, max_length=2),
+        help_text="[start, end) character offsets of the words found in `snippet`.",
+    )
+    updated_at = serializers.DateTimeField()
+
+
+class ChatExportSerializer(StrictSerializer):
+    format = serializers.ChoiceField(choices=["markdown", "json"], required=False, default="markdown")
 
 
 class MessageOutSerializer(serializers.ModelSerializer[Message]):
@@ -75,7 +125,12 @@ class MessageCreateSerializer(StrictSerializer):
         "chat's model.",
     )
     max_tokens = StrictIntegerField(required=False, min_value=1, help_text="Capped by the user's tier.")
-    temperature = StrictFloatField(required=False, min_value=0.0, max_value=2.0, default=0.7)
+    temperature = StrictFloatField(
+        required=False,
+        min_value=0.0,
+        max_value=2.0,
+        help_text="Left out: the chat's temperature setting, else 0.7.",
+    )
     top_p = StrictFloatField(required=False, min_value=0.01, max_value=1.0, default=1.0)
     stop = serializers.ListField(
         child=StrictCharField(allow_blank=False, trim_whitespace=False, max_length=200),
@@ -112,7 +167,7 @@ class MessageCreateSerializer(StrictSerializer):
         try:
             structured = structured_from_request(attrs.get("response_format"), None)  # compiled there
             spec = SamplingSpec(
-                temperature=attrs["temperature"],
+                temperature=attrs.get("temperature", DEFAULT_TEMPERATURE),
                 top_p=attrs["top_p"],
                 seed=attrs.get("seed"),
                 stop=tuple(attrs.get("stop") or ()),
@@ -124,4 +179,5 @@ class MessageCreateSerializer(StrictSerializer):
             key = field if field in self.fields else "non_field_errors"
             raise serializers.ValidationError({key: [exc.message]}) from None
         attrs["spec"] = spec
+        attrs["temperature_from_chat"] = "temperature" not in attrs
         return attrs

@@ -85,7 +85,7 @@ def fold_split(roles: Sequence[str], *, keep_recent_turns: int) -> int:
 
 
 def _unsummarized(chat: Chat) -> Q:
-    condition = Q(chat_id=chat.pk) & ~Q(role=MessageRole.SYSTEM)
+    condition = Q(chat_id=chat.pk, superseded=False) & ~Q(role=MessageRole.SYSTEM)
     if chat.summary_through_id is not None:
         condition &= Q(id__gt=chat.summary_through_id)
     return condition

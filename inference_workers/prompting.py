@@ -2,23 +2,33 @@
 rolling summary, recent turns, the new message); this renders them with the model's chat template, with the
 run's tools when it has any. A raw run (``PromptMode.RAW``, ``/v1/completions``) is its user message's text as
 it is: no template, no history, no system prompt. A run that continues an earlier attempt's answer has that
-text appended, as the start of the answer."""
+text appended, as the start of the answer; so does a run that continues a stopped answer of the chat
+(``Revision.CONTINUE``: the replaced answer's text first)."""
 
 from __future__ import annotations
 
 from chats.context import ChatMessages, PromptPlan, plan_chat_prompt
 from deployments.tokenizer import apply_chat_template
-from runs.models import PromptMode, Run
+from runs.models import PromptMode, Revision, Run
 
 
 def plan_run_prompt(*, run: Run) -> PromptPlan:
     """The run's prompt plan: its chat before its user message, within its tier's budget and its ``max_tokens``."""
+    continued = run.replaces if run.revision == Revision.CONTINUE else None
     return plan_chat_prompt(
         chat=run.chat,
         user_message=run.user_message,
         context_limit_tokens=run.tier.context_limit_tokens,
-        max_tokens=run.max_tokens,
+        # A continued answer follows the planned prompt: its tokens are left room for like the answer's own.
+        max_tokens=run.max_tokens + (continued.token_count if continued is not None else 0),
     )
+
+
+def continued_answer(run: Run) -> str:
+    """The chat's stopped answer this run continues (``Revision.CONTINUE``), else ``""``."""
+    if run.revision != Revision.CONTINUE or run.replaces is None:
+        return ""
+    return run.replaces.content
 
 
 def build_prompt_messages(*, run: Run) -> ChatMessages:
@@ -32,4 +42,5 @@ def build_run_prompt(*, run: Run, answer_prefix: str = "") -> str:
     goes on writing that turn; a raw prompt is followed by it as its completion so far."""
     if run.prompt_mode == PromptMode.RAW:
         return run.user_message.content + answer_prefix
-    return apply_chat_template(build_prompt_messages(run=run), tools=run.tools or None) + answer_prefix
+    prefix = continued_answer(run) + answer_prefix
+    return apply_chat_template(build_prompt_messages(run=run), tools=run.tools or None) + prefix

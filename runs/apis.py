@@ -16,9 +16,10 @@ from chats.serializers import ChatOutSerializer, ChatUpdateSerializer, MessageCr
 from core.errors import error_response
 from core.http.pagination import BAD_PAGE, PAGE_PARAMS, keyset_paginate, page_response, parse_limit
 from deployments.selection import resolve_model
-from runs import selectors, services
+from runs import revisions, selectors, services
 from runs.models import Run
-from runs.serializers import ChatDetailOutSerializer, RunOutSerializer
+from runs.quota import quota_usage
+from runs.serializers import ChatDetailOutSerializer, MessageListOutSerializer, RunOutSerializer
 
 NOT_FOUND = {404: error_response("No such run, or it belongs to another user.")}
 CHAT_NOT_FOUND = {404: error_response("No such chat, or it belongs to another user.")}
@@ -66,7 +67,9 @@ class ChatDetailApi(APIView):
         operation_id="chats_partial_update",
         request=ChatUpdateSerializer,
         responses={200: ChatOutSerializer, **INVALID, **CHAT_NOT_FOUND},
-        description="Renames the chat and/or changes its `model` (404 `model_not_found` for one not served). "
+        description="Renames the chat, changes its `model` (404 `model_not_found` for one not served) and/or "
+        'the settings of its later runs: `system_prompt` (up to 4000 characters; `""`: the server\'s default) '
+        "and `temperature` (0..2; null: the default, used when a prompt names none). "
         "A partial update: a field left out keeps its value (an empty body "
         "changes nothing); an unknown field is a 400.",
     )
@@ -76,7 +79,13 @@ class ChatDetailApi(APIView):
         body.is_valid(raise_exception=True)
         data = body.validated_data
         if data:
-            chat = chat_services.chat_update(chat=chat, title=data.get("title"), model=data.get("model"))
+            chat = chat_services.chat_update(
+                chat=chat,
+                title=data.get("title"),
+                model=data.get("model"),
+                system_prompt=data.get("system_prompt"),
+                temperature=data["temperature"] if "temperature" in data else chat_services.UNSET,
+            )
         return Response(ChatOutSerializer(chat).data)
 
     @extend_schema(
@@ -94,9 +103,11 @@ class ChatMessagesApi(APIView):
     @extend_schema(
         operation_id="chats_messages_list",
         parameters=PAGE_PARAMS,
-        responses={200: page_response("MessagePage", MessageOutSerializer), **BAD_PAGE, **CHAT_NOT_FOUND},
-        description="The chat's messages, newest first (descending `created_at`, then id); follow `next_cursor` "
-        "to page towards older messages. Messages added while paging never shift the later pages.",
+        responses={200: page_response("MessagePage", MessageListOutSerializer), **BAD_PAGE, **CHAT_NOT_FOUND},
+        description="The chat's current messages, newest first (descending `created_at`, then id); follow "
+        "`next_cursor` to page towards older messages. Messages added while paging never shift the later pages. "
+        "An answer carries its `run`, `finish_reason`, `feedback` and `versions` (its earlier versions, "
+        "regenerated or continued, oldest first; they are not in the list themselves).",
     )
     def get(self, request: Request, chat_id: int) -> Response:
         chat = chat_selectors.chat_get(user=request_user(request), chat_id=chat_id)
@@ -106,7 +117,9 @@ class ChatMessagesApi(APIView):
             cursor=request.query_params.get("cursor"),
             limit=parse_limit(request.query_params.get("limit")),
         )
-        return Response({"results": MessageOutSerializer(page.items, many=True).data, "next_cursor": page.next_cursor})
+        context = {"answers": selectors.message_answers(messages=page.items)}
+        shown = MessageListOutSerializer(page.items, many=True, context=context).data
+        return Response({"results": shown, "next_cursor": page.next_cursor})
 
     @extend_schema(
         operation_id="chats_messages_create",
@@ -145,7 +158,11 @@ class ChatMessagesApi(APIView):
             chat_id=chat_id,
             user=user,
             content=data["content"],
-            sampling=services.SamplingRequest(max_tokens=data.get("max_tokens"), spec=data["spec"]),
+            sampling=services.SamplingRequest(
+                max_tokens=data.get("max_tokens"),
+                spec=data["spec"],
+                temperature_from_chat=data["temperature_from_chat"],
+            ),
             deployment=deployment,
             chat_model=asked.strip() if asked is not None else None,
         )
@@ -158,3 +175,69 @@ class ChatMessagesApi(APIView):
             },
             status=status.HTTP_202_ACCEPTED,
         )
+
+
+REVISION_RESPONSES = {
+    **CHAT_NOT_FOUND,
+    429: error_response("A rate or concurrency limit was hit; retry after the Retry-After header."),
+    503: error_response("The model has no ready worker (or is being prepared); retry after Retry-After."),
+}
+
+
+class ChatRegenerateApi(APIView):
+    @extend_schema(
+        operation_id="chats_regenerate",
+        request=None,
+        responses={
+            201: RunOutSerializer,
+            409: error_response("A run of the chat is in flight, or it has no prompt to answer."),
+            **REVISION_RESPONSES,
+        },
+        description="A new run answering the chat's last prompt again (its `stream_url` streams the new answer). "
+        "The answer it replaces stays: once the new one is stored it is listed in that answer's `versions`, and "
+        "only the current version is in later prompts. Same sampling as the answer it replaces, without its seed "
+        "(the chat's `temperature` setting when it has one).",
+    )
+    def post(self, request: Request, chat_id: int) -> Response:
+        run = revisions.run_regenerate(chat_id=chat_id, user=request_user(request))
+        return Response(run_data(run), status=status.HTTP_201_CREATED)
+
+
+class ChatContinueApi(APIView):
+    @extend_schema(
+        operation_id="chats_continue",
+        request=None,
+        responses={
+            201: RunOutSerializer,
+            409: error_response("A run is in flight, or the last answer did not stop short (`not_continuable`)."),
+            **REVISION_RESPONSES,
+        },
+        description="A new run that goes on from the chat's last answer when it stopped short (cancelled, or "
+        "`finish_reason` `length`): its stream carries only the added text; the stored answer is the old text "
+        "followed by it (the stopped one stays as an earlier version).",
+    )
+    def post(self, request: Request, chat_id: int) -> Response:
+        run = revisions.run_continue(chat_id=chat_id, user=request_user(request))
+        return Response(run_data(run), status=status.HTTP_201_CREATED)
+
+
+class UsageApi(APIView):
+    @extend_schema(
+        operation_id="usage_retrieve",
+        responses={
+            200: inline_serializer(
+                name="Usage",
+                fields={
+                    "tier": serializers.DictField(help_text="Your effective limits (tier, with your overrides)."),
+                    "buckets": serializers.ListField(child=serializers.DictField()),
+                    "daily": serializers.ListField(child=serializers.DictField(), help_text="Last 30 days."),
+                    "rejections": serializers.ListField(child=serializers.DictField(), help_text="Last 20 429s."),
+                },
+            )
+        },
+        description="Your tier's limits, your token bucket now (`available`, `full_at`) and concurrency, your "
+        "tokens and runs per day (UTC, last 30 days, newest first; days without runs are left out) and your last "
+        "20 refused prompts (`{at, status: 429, code, reason}`, newest first).",
+    )
+    def get(self, request: Request) -> Response:
+        return Response(quota_usage(user=request_user(request)))

@@ -24,7 +24,7 @@ from generation.result import EngineFinishReason, GenerationResult
 from generation.sampling import SamplingSpec
 from generation.worker_contract import cancel_key, ready_worker_counts
 from runs.lifecycle_log import RunStep, log_run_end, log_run_step, seconds_between
-from runs.models import FinishReason, Recovery, Run, RunStatus
+from runs.models import FinishReason, Recovery, Revision, Run, RunStatus
 from runs.queueing import run_enqueue
 from runs.quota import run_account_end
 from runs.streaming.contract import RunStreamWriter, StreamedAnswer, run_terminal_event
@@ -198,7 +198,7 @@ def run_finish(*, run_id: int, attempt: int, result: GenerationResult) -> Run | 
         # along for the settlement and the log line after commit, instead of three queries there.
         run = (
             Run.objects.select_for_update(of=("self", "chat"))
-            .select_related("chat", "tier", "user__tier", "user__limit_override", "deployment")
+            .select_related("chat", "tier", "user__tier", "user__limit_override", "deployment", "replaces")
             .get(pk=run_id)
         )
         if run.status not in (RunStatus.STREAMING, RunStatus.CANCELLING) or run.attempts != attempt:
@@ -207,9 +207,9 @@ def run_finish(*, run_id: int, attempt: int, result: GenerationResult) -> Run | 
         cancelled = run.status == RunStatus.CANCELLING or engine_finish == EngineFinishReason.ABORT
         message = None
         if result.text or not cancelled:
-            message = Message.objects.create(
-                chat=run.chat, role=MessageRole.ASSISTANT, content=result.text, token_count=result.output_tokens
-            )
+            message = Message.objects.create(chat=run.chat, role=MessageRole.ASSISTANT, **_answer_fields(run, result))
+            if run.replaces is not None:  # regenerated or continued: the replaced answer becomes an earlier version
+                Message.objects.filter(pk=run.replaces.pk).update(superseded=True)
         if cancelled:
             run_end(run, status=RunStatus.CANCELLED, result=result, message=message)
         else:
@@ -222,6 +222,16 @@ def run_finish(*, run_id: int, attempt: int, result: GenerationResult) -> Run | 
         if run.chat.origin == ChatOrigin.WEB:  # an OpenAI-compatible call's chat is never continued: no summary
             transaction.on_commit(lambda: chat_summary_schedule_after_turn(chat_id=chat_id, deployment=deployment))
         return run
+
+
+def _answer_fields(run: Run, result: GenerationResult) -> dict[str, object]:
+    """The stored answer: the generated text, after the replaced answer's when the run continues it."""
+    if run.revision == Revision.CONTINUE and run.replaces is not None:
+        return {
+            "content": run.replaces.content + result.text,
+            "token_count": run.replaces.token_count + result.output_tokens,
+        }
+    return {"content": result.text, "token_count": result.output_tokens}
 
 
 def run_fail(*, run_id: int, error: str, attempt: int | None = None) -> Run | None:

@@ -64,11 +64,26 @@ class Recovery(models.TextChoices):
     started over after a ``reset`` event."""
 
 
+class Revision(models.TextChoices):
+    """What a run does to the chat's last answer (``Run.replaces``)."""
+
+    NONE = "", "none"
+    REGENERATE = "regenerate"
+    """Answers the same prompt again: its answer becomes the current version, the replaced one an earlier one."""
+    CONTINUE = "continue"
+    """Goes on from a stopped answer (cancelled, or cut at ``length``): its answer is that text and what it adds."""
+
+
 class Run(models.Model):
     chat = models.ForeignKey("chats.Chat", on_delete=models.CASCADE, related_name="runs")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="runs")
     tier = models.ForeignKey("accounts.Tier", on_delete=models.PROTECT, related_name="runs")
-    user_message = models.OneToOneField("chats.Message", on_delete=models.CASCADE, related_name="run")
+    user_message = models.ForeignKey(
+        "chats.Message",
+        on_delete=models.CASCADE,
+        related_name="runs",
+        help_text="The prompt it answers (several runs when the answer was regenerated or continued).",
+    )
     assistant_message = models.OneToOneField(
         "chats.Message", null=True, blank=True, on_delete=models.SET_NULL, related_name="answered_by"
     )
@@ -109,6 +124,15 @@ class Run(models.Model):
     store = models.BooleanField(
         default=True,
         help_text="OpenAI's 'store': whether the answer stays retrievable (and usable as previous_response_id).",
+    )
+    revision = models.CharField(max_length=16, choices=Revision.choices, blank=True, default=Revision.NONE)
+    replaces = models.ForeignKey(
+        "chats.Message",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The answer this run regenerates or continues; superseded once this run stores its own.",
     )
     input_tokens = models.PositiveIntegerField(default=0)
     output_tokens = models.PositiveIntegerField(default=0)

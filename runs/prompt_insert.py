@@ -66,12 +66,21 @@ def _insert_select(obj: models.Model, *, sourced: Iterable[str] = ()) -> tuple[s
 
 
 def prompt_insert(
-    *, chat_id: int, owner_id: int, title: str, message: Message, run: Run, model: str | None = None
+    *,
+    chat_id: int,
+    owner_id: int,
+    title: str,
+    message: Message,
+    run: Run,
+    model: str | None = None,
+    temperature_from_chat: bool = False,
 ) -> PromptInsert:
     """Writes ``message`` and ``run`` (unsaved instances; ``run.user_message`` is set from the new message) to
     the owner's chat ``chat_id`` in one statement, as the module describes; sets their ``pk`` when written.
 
-    ``title`` becomes the chat's title if it has none; ``model`` (not None) its model. Raises ``IntegrityError``
+    ``title`` becomes the chat's title if it has none; ``model`` (not None) its model. ``temperature_from_chat``:
+    the run takes the chat's ``temperature`` setting when it has one (else ``run.temperature``), read by the same
+    statement (``run.temperature`` is set to what was written). Raises ``IntegrityError``
     (``one_active_run_per_chat``) when a concurrent prompt's run won the chat first.
     """
     low, high = connection.ops.integer_field_range("BigAutoField")
@@ -80,7 +89,9 @@ def prompt_insert(
     quote = connection.ops.quote_name
     chat_table, message_table, run_table = (quote(m._meta.db_table) for m in (Chat, Message, Run))
     message_cols, message_selects, message_params = _insert_select(message)
-    run_cols, run_selects, run_params = _insert_select(run, sourced=["user_message_id"])
+    sourced = ["user_message_id", "temperature"]
+    run_cols, run_selects, run_params = _insert_select(run, sourced=sourced)
+    chat_temperature = "touched.temperature" if temperature_from_chat else "NULL"
     statuses = ", ".join(["%s"] * len(ACTIVE_STATUSES))
     # Only table and column names (the models') are formatted in; every value is a parameter.
     sql = f"""
@@ -91,14 +102,17 @@ def prompt_insert(
             UPDATE {chat_table} SET updated_at = %s, title = CASE WHEN title = '' THEN %s ELSE title END,
                 model = COALESCE(%s::varchar, model)
             WHERE id = %s AND owner_id = %s AND NOT (SELECT busy FROM target)
-            RETURNING id
+            RETURNING id, temperature
         ), message AS (
             INSERT INTO {message_table} ({message_cols}) SELECT {message_selects} FROM touched RETURNING id
         ), run AS (
-            INSERT INTO {run_table} ({run_cols}, user_message_id) SELECT {run_selects}, message.id FROM message
-            RETURNING id
+            INSERT INTO {run_table} ({run_cols}, user_message_id, temperature)
+            SELECT {run_selects}, message.id, COALESCE({chat_temperature}, %s::double precision)
+            FROM message, touched
+            RETURNING id, temperature
         )
-        SELECT target.busy, (SELECT id FROM message), (SELECT id FROM run) FROM target
+        SELECT target.busy, (SELECT id FROM message), (SELECT id FROM run), (SELECT temperature FROM run)
+        FROM target
     """  # noqa: S608
     params: list[Any] = [
         chat_id,
@@ -112,14 +126,16 @@ def prompt_insert(
         owner_id,
         *message_params,
         *run_params,
+        run.temperature,
     ]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:
         return PromptInsert(found=False, busy=False, message_id=None, run_id=None)
-    busy, message_id, run_id = row
+    busy, message_id, run_id, temperature = row
     if message_id is not None:
+        run.temperature = temperature
         message.pk = message_id
         message._state.adding = False
         run.user_message_id = message_id

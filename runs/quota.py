@@ -32,6 +32,7 @@ from runs.counters import record_admitted, record_refused, record_run_end
 from runs.lifecycle_log import RunStep, log_run_step, log_step
 from runs.models import Run, RunStatus
 from runs.queueing import get_scheduler_store
+from runs.usage import rejection_record, usage_summary
 from scheduling.store import RunQueueWriter
 from scheduling.token_bucket import BucketTimeouts, Limits, RefusalReason, TokenBuckets, retry_after_header, run_member
 
@@ -172,11 +173,17 @@ def quota_reserve(*, user: User, limits: EffectiveLimits, input_tokens: int, max
     else:
         message = f"The {limits.tier} queue is full ({int(decision.detail)} runs waiting): the service is busy."
     header = retry_after_header(retry_s)
-    raise TooManyRequestsError(
-        f"{message} Retry in {header} s.",
-        code=f"limit_{reason}",
-        headers={"Retry-After": header},
+    refusal = TooManyRequestsError(
+        f"{message} Retry in {header} s.", code=f"limit_{reason}", headers={"Retry-After": header}
     )
+    rejection_record(user_id=user.pk, code=refusal.code, reason=refusal.message)
+    raise refusal
+
+
+def quota_usage(*, user: User) -> dict[str, object]:
+    """``GET /api/usage``: the user's limits, bucket, daily usage and last refusals (``runs.usage``)."""
+    limits = user_limits(user=user)
+    return usage_summary(user=user, limits=limits, buckets=get_token_buckets(), bucket_limits=bucket_limits(limits))
 
 
 def run_account_end(*, run: Run) -> None:

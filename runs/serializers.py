@@ -5,15 +5,34 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import ObjectDoesNotExist
 from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from chats.models import Chat
-from chats.serializers import ChatOutSerializer
+from chats.models import Chat, Message
+from chats.serializers import ChatOutSerializer, MessageOutSerializer
 from deployments.selection import deployment_by_id
-from runs.models import Run
+from runs.models import Run, RunStatus
+from runs.selectors import Answers
 from scheduling.store import Position
+
+
+class FeedbackOutSerializer(serializers.Serializer[Any]):
+    rating = serializers.ChoiceField(choices=["up", "down"])
+    reason = serializers.CharField()
+
+
+def run_feedback(run: Run) -> dict[str, str] | None:
+    """The run's rating (``feedback.RunFeedback``, through the reverse one-to-one ``Run.feedback`` that app adds):
+    read from what the selector loaded (``select_related("feedback")``); an unfinished run has none, unread."""
+    if not RunStatus(run.status).is_terminal:
+        return None
+    try:
+        feedback = run.feedback  # type: ignore[attr-defined]
+    except ObjectDoesNotExist:
+        return None
+    return {"rating": feedback.rating, "reason": feedback.reason}
 
 
 class RunOutSerializer(serializers.ModelSerializer[Run]):
@@ -30,6 +49,7 @@ class RunOutSerializer(serializers.ModelSerializer[Run]):
     deployment = serializers.SerializerMethodField(
         help_text="The `name@version` the run is routed to and served by (null: one from before versioning)."
     )
+    feedback = serializers.SerializerMethodField(help_text="The user's rating of its answer (null: none).")
 
     class Meta:
         model = Run
@@ -44,6 +64,9 @@ class RunOutSerializer(serializers.ModelSerializer[Run]):
             "deployment",
             "recovery",
             "resumed_tokens",
+            "revision",
+            "replaces",
+            "feedback",
             "max_tokens",
             "temperature",
             "top_p",
@@ -75,6 +98,10 @@ class RunOutSerializer(serializers.ModelSerializer[Run]):
         served = deployment_by_id(run.deployment_id)  # the selection snapshot: no query per run
         return served.key if served is not None else None
 
+    @extend_schema_field(FeedbackOutSerializer(allow_null=True))
+    def get_feedback(self, run: Run) -> dict[str, str] | None:
+        return run_feedback(run)
+
     def get_stream_url(self, run: Run) -> str:
         return reverse("run-stream", kwargs={"run_id": run.pk})
 
@@ -100,3 +127,65 @@ class ChatDetailOutSerializer(ChatOutSerializer):
     def get_active_run(self, chat: Chat) -> dict[str, Any] | None:
         run: Run | None = self.context.get("active_run")
         return dict(RunOutSerializer(run, context=self.context).data) if run else None
+
+
+class VersionOutSerializer(serializers.Serializer[Any]):
+    message = serializers.IntegerField()
+    run = serializers.IntegerField()
+    content = serializers.CharField()
+    finish_reason = serializers.CharField()
+    revision = serializers.CharField(help_text="How this version came: '' (the first answer), regenerate or continue.")
+    created_at = serializers.DateTimeField()
+    feedback = FeedbackOutSerializer(allow_null=True)
+
+
+class MessageListOutSerializer(MessageOutSerializer):
+    """A message of the message list. Context: ``answers`` (:class:`runs.selectors.Answers` of the page)."""
+
+    run = serializers.SerializerMethodField(help_text="For an answer: the run that wrote it (rate it there).")
+    finish_reason = serializers.SerializerMethodField(help_text="For an answer: why its run ended.")
+    feedback = serializers.SerializerMethodField(help_text="For an answer: the user's rating (null: none).")
+    versions = serializers.SerializerMethodField(
+        help_text="For an answer: its earlier versions (regenerated, or continued into this one), oldest first."
+    )
+
+    class Meta(MessageOutSerializer.Meta):
+        fields = [*MessageOutSerializer.Meta.fields, "run", "finish_reason", "feedback", "versions"]
+
+    def _run(self, message: Message) -> Run | None:
+        answers: Answers = self.context["answers"]
+        return answers.run_of.get(message.pk)
+
+    def get_run(self, message: Message) -> int | None:
+        run = self._run(message)
+        return run.pk if run is not None else None
+
+    def get_finish_reason(self, message: Message) -> str | None:
+        run = self._run(message)
+        return run.finish_reason if run is not None else None
+
+    @extend_schema_field(FeedbackOutSerializer(allow_null=True))
+    def get_feedback(self, message: Message) -> dict[str, str] | None:
+        run = self._run(message)
+        return run_feedback(run) if run is not None else None
+
+    @extend_schema_field(VersionOutSerializer(many=True))
+    def get_versions(self, message: Message) -> list[dict[str, Any]]:
+        answers: Answers = self.context["answers"]
+        versions = []
+        for run in answers.versions_of.get(message.pk, []):
+            answer = run.assistant_message
+            if answer is None:  # the selector loads answered runs only
+                continue
+            versions.append(
+                {
+                    "message": answer.pk,
+                    "run": run.pk,
+                    "content": answer.content,
+                    "finish_reason": run.finish_reason,
+                    "revision": run.revision,
+                    "created_at": answer.created_at,
+                    "feedback": run_feedback(run),
+                }
+            )
+        return versions

@@ -37,6 +37,8 @@ class SamplingRequest:
 
     max_tokens: int | None = None
     spec: SamplingSpec = field(default_factory=SamplingSpec)
+    temperature_from_chat: bool = False
+    """The prompt named no temperature: the chat's setting (``Chat.temperature``) applies when it has one."""
 
 
 def _resolve_max_tokens(*, limits: EffectiveLimits, requested: int | None) -> int:
@@ -154,6 +156,7 @@ def _run_create(
             message=message,
             run=run,
             model=chat_model,
+            temperature_from_chat=sampling.temperature_from_chat,
         )
         if written.busy:
             raise _run_in_progress()

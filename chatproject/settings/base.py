@@ -45,6 +45,7 @@ INSTALLED_APPS = [
     "deployments",
     "chats",
     "runs",
+    "feedback",
     "rollouts",
     "inference_workers",
     "web",

@@ -24,6 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("deployments",),
     ("chats",),
     ("runs",),
+    ("feedback",),
     ("rollouts",),
     ("inference_workers", "openai_api", "web", "monitoring"),
     ("chatproject",),

@@ -63,7 +63,7 @@ def test_get_patch_delete_own_chat(api: APIClient, user: User) -> None:
         ({"title": "x" * 200 + " "}, "title: is 201 characters long"),  # trimming would hide the excess
         ({"title": None}, "null"),
         ({"title": "a\x00b"}, "title: contains a NUL character"),
-        ({"name": "x"}, "name: is not a field of this request; it accepts title, model."),
+        ({"name": "x"}, "name: is not a field of this request; it accepts title, model, system_prompt, temperature."),
     ],
 )
 def test_patch_chat_validation(api: APIClient, user: User, body: dict[str, object], fragment: str) -> None:
