@@ -75,8 +75,10 @@ def test_regenerate_keeps_the_first_answer_as_version_one(page: Page, login, scr
     assert first_text == words(run1.assistant_message.content)
 
     first.get_by_role("button", name="Regenerate this answer").click()
+    # The new run's bubble takes the old one's place (its run id tells them apart).
+    new_run = page.locator(f'#message-list .message-assistant:not([data-run-id="{run1.pk}"])')
+    expect(new_run).to_have_attribute("data-status", "done", timeout=40_000)
     second = page.locator("#message-list .message-assistant").last
-    expect(second).to_have_attribute("data-status", "done", timeout=40_000)
     expect(second.locator(".version-label")).to_have_text("2/2")
     run2 = Run.objects.select_related("assistant_message").filter(user=user).latest("created_at")
     assert run2.pk != run1.pk and run2.revision == "regenerate"

@@ -6,6 +6,22 @@ import { chatLabel } from "./sidebar.js";
 
 const DEBOUNCE_MS = 250;
 
+/** `text` (plain) with its `[start, end)` ranges in <mark>, as text nodes only. */
+function highlighted(text, ranges) {
+  const nodes = [];
+  let at = 0;
+  for (const [start, end] of ranges) {
+    if (!(start >= at && end > start && end <= text.length)) continue;
+    if (start > at) nodes.push(document.createTextNode(text.slice(at, start)));
+    const mark = document.createElement("mark");
+    mark.textContent = text.slice(start, end);
+    nodes.push(mark);
+    at = end;
+  }
+  if (at < text.length) nodes.push(document.createTextNode(text.slice(at)));
+  return nodes;
+}
+
 export class ChatSearch {
   /** `onOpen(chatId)`: a hit was chosen. */
   constructor({ chatSearch, searchResults, searchStatus, chatListScroll }, { onOpen }) {
@@ -69,7 +85,7 @@ export class ChatSearch {
     title.textContent = chatLabel(hit);
     const snippet = document.createElement("span");
     snippet.className = "search-snippet";
-    snippet.textContent = hit.snippet || "";
+    snippet.append(...highlighted(hit.snippet || "", hit.highlights || []));
     link.append(title, snippet);
     link.addEventListener("click", (event) => {
       if (event.metaKey || event.ctrlKey || event.shiftKey || event.button !== 0) return;

@@ -55,8 +55,13 @@ function showBuckets(buckets) {
     meter.setAttribute("aria-labelledby", label.id);
     const text = document.createElement("p");
     text.className = "bucket-text";
-    text.textContent = `${number(bucket.available)} of ${number(bucket.capacity)} tokens left · refills `
-      + `${Number(bucket.refill_per_second).toLocaleString()} per second · ${refillText(bucket, now)}`;
+    if (Number.isFinite(bucket.refill_per_second)) {
+      text.textContent = `${number(bucket.available)} of ${number(bucket.capacity)} tokens left · refills `
+        + `${bucket.refill_per_second.toLocaleString()} per second · ${refillText(bucket, now)}`;
+    } else {
+      // A count, not a budget (concurrent answers): a place frees when an answer ends.
+      text.textContent = `${number(bucket.available)} of ${number(bucket.capacity)} free`;
+    }
     box.append(label, meter, text);
     return box;
   });
