@@ -8,8 +8,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.csrf import ensure_csrf_cookie
 
-# Defence in depth for the chat page: no inline script, no foreign origin. Model output and user text are
-# rendered as text nodes anyway (see static/web/markdown.js); this stops anything that slipped through.
+# Defence in depth for the pages: no inline script, no foreign origin. Model output is sanitized by DOMPurify and
+# user text only becomes text nodes anyway (see static/web/markdown.js); this stops anything that slipped through.
 CONTENT_SECURITY_POLICY = "; ".join(
     [
         "default-src 'self'",
@@ -37,6 +37,13 @@ def chat_page(request: HttpRequest, chat_id: int | None = None) -> HttpResponse:
     """The chat application: ``/`` (a new chat) or ``/c/<id>`` (an existing one). The script reads the chat id
     from the path and loads everything through the API, which checks access (404 for another user's chat)."""
     return _with_csp(render(request, "web/chat.html"))
+
+
+@login_required
+def usage_page(request: HttpRequest) -> HttpResponse:
+    """The signed-in user's usage: tokens per day, the token bucket, the tier's limits, the last refusals. A static
+    shell like the chat page: the script reads ``GET /api/usage``."""
+    return _with_csp(render(request, "web/usage.html"))
 
 
 class UiLoginView(LoginView):

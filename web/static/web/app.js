@@ -1,24 +1,31 @@
 // The chat page's entry point: builds its parts and wires them together. Plain ES modules, no build
-// step. All text from users and the model goes through text nodes (markdown.js builds elements;
-// nothing assigns innerHTML).
+// step. User text goes through text nodes; the model's Markdown through markdown-it and DOMPurify
+// (markdown.js), re-rendered once per frame while it streams (live_markdown.js).
 //
 //   constants.js  run statuses, finish reasons, stream events (the server's enums)
 //   dom.js        the page's elements, small DOM helpers, the run status line
 //   sidebar.js    the chat list: paging, the open chat, new / rename / delete, the mobile drawer
 //   messages.js   the open chat's history and message bubbles
 //   run_view.js   one streaming answer: its state, transitions and bubble
+//   answer_actions.js  under each answer: versions, copy, rating, regenerate, continue, model and tokens
 //   composer.js   the prompt box, Send and Stop
 //   model_picker.js  the model a chat uses (GET /api/models), above the prompt box
+//   search.js     search across the user's chats, in the sidebar
+//   chat_settings.js  the open chat's system prompt and temperature, its export links
 //   chat_page.js  opening a chat, sending, stopping: the coordination
-//   alerts.js, account.js, progress.js, api.js, stream.js, markdown.js
+//   alerts.js, account.js, progress.js, api.js, stream.js, markdown.js, live_markdown.js, clipboard.js
+//   theme.js      (a classic script in <head>) the light / dark / system theme toggle
 
 import { AccountBadge } from "./account.js";
 import { AlertBar } from "./alerts.js";
+import { AnswerActions } from "./answer_actions.js";
 import { ChatPage } from "./chat_page.js";
+import { ChatSettings } from "./chat_settings.js";
 import { Composer } from "./composer.js";
 import { StatusLine, findElements } from "./dom.js";
 import { MessageList } from "./messages.js";
 import { ModelPicker } from "./model_picker.js";
+import { ChatSearch } from "./search.js";
 import { Sidebar } from "./sidebar.js";
 
 function chatIdFromPath() {
@@ -32,6 +39,14 @@ function init() {
   const account = new AccountBadge(ui);
   const messages = new MessageList(ui);
   let page = null;
+  const statusLine = new StatusLine(ui.runStatus);
+  const actions = new AnswerActions(ui.messageList, {
+    announce: (text) => statusLine.set(text),
+    onRegenerate: (li) => page.revise(li, "regenerate"),
+    onContinue: (li) => page.revise(li, "continue"),
+    onError: (message) => alerts.error(message),
+  });
+  messages.actions = actions;
   const composer = new Composer(ui, { onSend: () => page.send(), onStop: () => page.stop() });
   const picker = new ModelPicker(ui, { onChange: (model) => page.changeModel(model) });
   const sidebar = new Sidebar(ui, {
@@ -42,6 +57,8 @@ function init() {
     onDeleted: (chatId) => page.chatDeleted(chatId),
     onError: (message) => alerts.error(message),
   });
+  const settings = new ChatSettings(ui, { onSaved: (chat) => sidebar.upsert(chat, { onlyIfKnown: true }) });
+  new ChatSearch(ui, { onOpen: (chatId) => page.open(chatId, { push: true }) });
   page = new ChatPage({
     chatTitle: ui.chatTitle,
     messages,
@@ -50,7 +67,9 @@ function init() {
     picker,
     alerts,
     account,
-    statusLine: new StatusLine(ui.runStatus),
+    statusLine,
+    actions,
+    settings,
   });
 
   window.addEventListener("popstate", () => page.open(chatIdFromPath()));

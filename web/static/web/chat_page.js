@@ -10,7 +10,9 @@ import { chatLabel } from "./sidebar.js";
 export class ChatPage {
   /** The parts: `chatTitle` (the heading element), a MessageList, Sidebar, Composer, ModelPicker,
    * AlertBar, AccountBadge and the StatusLine. */
-  constructor({ chatTitle, messages, sidebar, composer, picker, alerts, account, statusLine }) {
+  constructor({ chatTitle, messages, sidebar, composer, picker, alerts, account, statusLine, actions, settings }) {
+    this.actions = actions; // the AnswerActions of the message list
+    this.settings = settings; // the ChatSettings: the open chat's settings dialog and export links
     this.chatTitle = chatTitle;
     this.messages = messages;
     this.sidebar = sidebar;
@@ -47,6 +49,7 @@ export class ChatPage {
     // A new chat starts on the default model; an existing one shows its own once it has been read.
     this.picker.show("");
     this.picker.setBusy(Boolean(chatId));
+    this.settings.show(null);
     if (window.matchMedia("(max-width: 768px)").matches) this.sidebar.setOpen(false, { focus: false });
     if (!chatId) {
       this.composer.focus();
@@ -70,6 +73,7 @@ export class ChatPage {
     if (!this.messages.isCurrent(token)) return;
     this.sidebar.upsert(chat, { onlyIfKnown: true });
     this.chatTitle.textContent = chatLabel(chat);
+    this.settings.show(chat);
     this.picker.show(chat.model);
     this.picker.setBusy(false);
     document.title = `${chatLabel(chat)} · Chat`;
@@ -80,8 +84,9 @@ export class ChatPage {
     if (run && !isTerminal(run.status)) {
       // If the answer landed between the two reads it is already in the history: nothing to resume.
       const newest = page && page.results[0];
-      const answered = newest && newest.role === "assistant" && newest.id > run.user_message;
-      if (!answered) this.startRun(run);
+      const answered = newest && newest.role === "assistant" && newest.id > run.user_message
+        && newest.id !== run.replaces;
+      if (!answered) this.startRun(run, { replacing: this.#replacedBubble(run) });
     }
     this.messages.maybeLoadOlder();
     if (!this.run) this.composer.focus();
@@ -105,6 +110,7 @@ export class ChatPage {
         chatId = chat.id;
         this.picker.show(chat.model);
         this.messages.adopt(chatId);
+        this.settings.show(chat);
         window.history.pushState({ chatId }, "", `/c/${chatId}`);
         this.sidebar.upsert(chat, { toTop: true });
         this.sidebar.markCurrent();
@@ -175,12 +181,16 @@ export class ChatPage {
     }
   }
 
-  /** Follows `run` (the API's run) in a new assistant bubble at the end of the conversation. */
-  startRun(run) {
+  /** Follows `run` (the API's run) in a new assistant bubble at the end of the conversation. `replacing`: the
+   * bubble of the answer it regenerates or continues (it gives way; a continued answer's text carries on). */
+  startRun(run, { replacing = null } = {}) {
     this.detachRun();
+    const prefix = run.revision === "continue" && replacing ? this.actions.shownVersion(replacing)?.content : "";
+    if (replacing) replacing.remove();
     const bubble = this.messages.append({ role: "assistant", content: "" });
     const view = new RunView(run, {
       bubble,
+      prefix: prefix || "",
       messages: this.messages,
       statusLine: this.statusLine,
       onFinished: (finished, outcome) => this.#runFinished(finished, outcome),
@@ -188,7 +198,35 @@ export class ChatPage {
     this.run = view;
     this.messages.scrollToBottom();
     this.composer.setRunning(true);
+    this.actions.setBusy(true);
     view.start();
+  }
+
+  /** The bubble of the stored answer `run` regenerates or continues, if it is on the page. */
+  #replacedBubble(run) {
+    if (!run.replaces) return null;
+    return this.messages.list.querySelector(`.message-assistant[data-message-id="${Number(run.replaces)}"]`);
+  }
+
+  /** Regenerate (a new version of the last answer) or continue it (`how`: "regenerate" | "continue"). */
+  async revise(li, how) {
+    const chatId = this.chatId;
+    if (!chatId || this.run || this.sending) return;
+    this.alerts.clear();
+    this.sending = true;
+    this.statusLine.set(how === "continue" ? "Continuing…" : "Regenerating…");
+    try {
+      const run = await api("POST", `/api/chats/${chatId}/${how}`);
+      if (this.chatId !== chatId) return;
+      this.startRun({ revision: how, ...run }, { replacing: li });
+      this.account.refresh();
+    } catch (error) {
+      if (error.status === 429) this.alerts.busy(error, () => this.revise(li, how));
+      else this.alerts.error(error.message);
+    } finally {
+      this.sending = false;
+      if (/…$/.test(this.statusLine.text) && !this.run) this.statusLine.set("");
+    }
   }
 
   /** Stops following the run (another chat opened); it goes on and can be resumed later. */
@@ -197,6 +235,7 @@ export class ChatPage {
     if (!view) return;
     view.detach({ keepProgress });
     this.run = null;
+    this.actions.setBusy(false);
   }
 
   /** The browser is back online: reopen the run's stream. */
@@ -215,6 +254,9 @@ export class ChatPage {
       this.run = null;
       this.composer.setRunning(false);
       this.statusLine.set(announcement);
+      this.actions.setBusy(false);
+      // The stored answer takes the bubble's place: its actions, and its earlier versions if any.
+      if (view.chatId === this.chatId && !error) this.messages.replaceWithStored(view.bubble);
     }
     if (error) this.alerts.error(error);
     if (this.messages.nearBottom()) this.messages.scrollToBottom();

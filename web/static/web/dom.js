@@ -33,6 +33,20 @@ export function findElements() {
     accountBudget: $("account-budget"),
     deleteDialog: $("delete-dialog"),
     deleteDialogText: $("delete-dialog-text"),
+    chatSearch: $("chat-search"),
+    searchResults: $("search-results"),
+    searchStatus: $("search-status"),
+    chatTools: $("chat-tools"),
+    chatSettingsButton: $("chat-settings"),
+    exportMarkdown: $("export-markdown"),
+    exportJson: $("export-json"),
+    settingsDialog: $("settings-dialog"),
+    settingsForm: $("settings-form"),
+    settingsPrompt: $("settings-prompt"),
+    settingsTemperature: $("settings-temperature"),
+    settingsError: $("settings-error"),
+    settingsCancel: $("settings-cancel"),
+    settingsSave: $("settings-save"),
   };
 }
 

@@ -1,173 +1,150 @@
-// A small, safe Markdown renderer.
+// Markdown to safe DOM: markdown-it parses, highlight.js colours code, DOMPurify sanitizes, all vendored
+// (vendor/manifest.json, scripts/vendor_js.py).
 //
-// Safety comes from construction, not from sanitising: the text is never parsed as HTML. Every piece of
-// model output or user input ends up in a Text node (createTextNode / textContent), and the only elements
-// created are the fixed ones below. Links keep only http(s) and mailto URLs. So `<script>`, `<img onerror>`
-// and friends are shown literally and can never run.
-//
-// Subset: fenced code blocks (``` even while still open during streaming), headings, block quotes,
-// bullet and numbered lists, horizontal rules, paragraphs with line breaks, and inline `code`,
-// **bold**, *italic* / _italic_, ~~strike~~ and [links](https://...).
+// Safety, in layers: markdown-it runs with `html: false`, so HTML in the model's text (`<script>`,
+// `<img onerror>`, `<svg onload>`) stays literal text; its link check refuses `javascript:`, `vbscript:`,
+// `file:` and `data:` URLs. Everything it renders then goes through DOMPurify, which keeps only http(s),
+// mailto and #fragment URLs, drops every event attribute, style and form element, and images (a Markdown
+// image becomes a link to it: no request leaves the page on its own). The page's CSP forbids inline
+// script on top of that.
 
-const FENCE = /^\s{0,3}(`{3,}|~{3,})\s*([\w+#.-]*)\s*$/;
-const HEADING = /^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$/;
-const RULE = /^\s{0,3}([-*_])(\s*\1){2,}\s*$/;
-const QUOTE = /^\s{0,3}>\s?(.*)$/;
-const BULLET = /^(\s*)[-*+]\s+(.*)$/;
-const NUMBERED = /^(\s*)(\d{1,9})[.)]\s+(.*)$/;
-const SAFE_URL = /^(https?:\/\/|mailto:)/i;
+import MarkdownIt from "./vendor/markdown-it.esm.min.mjs";
+import DOMPurify from "./vendor/purify.es.mjs";
+import hljs from "./vendor/highlight.min.js";
 
-function el(tag, children = [], attrs = {}) {
-  const node = document.createElement(tag);
-  for (const [name, value] of Object.entries(attrs)) node.setAttribute(name, value);
-  for (const child of children) node.append(child);
-  return node;
-}
+const MAX_HIGHLIGHT_CHARS = 20000; // a bigger block is shown plain: colouring it would cost a frame
 
-function isBlockStart(line) {
-  return FENCE.test(line) || HEADING.test(line) || RULE.test(line) || QUOTE.test(line)
-    || BULLET.test(line) || NUMBERED.test(line);
-}
-
-// Inline: one left-to-right scan; the earliest match wins, unmatched markers stay as text.
-const INLINE = [
-  { name: "code", re: /(`+)([\s\S]*?[^`])\1(?!`)/y },
-  { name: "strong", re: /\*\*(?=\S)([\s\S]*?\S)\*\*/y },
-  { name: "strong", re: /__(?=\S)([\s\S]*?\S)__(?![\w])/y },
-  { name: "em", re: /\*(?=[^\s*])([\s\S]*?[^\s*])\*/y },
-  { name: "em", re: /(?<![\w])_(?=[^\s_])([\s\S]*?[^\s_])_(?![\w])/y },
-  { name: "del", re: /~~(?=\S)([\s\S]*?\S)~~/y },
-  { name: "link", re: /\[([^\]\n]+)\]\(\s*([^\s)]+)\s*\)/y },
-];
-const INLINE_START = /[`*_~[]/g;
-
-export function renderInline(text) {
-  const out = [];
-  let plainFrom = 0;
-  INLINE_START.lastIndex = 0;
-  let m;
-  while ((m = INLINE_START.exec(text)) !== null) {
-    const at = m.index;
-    let matched = null;
-    for (const rule of INLINE) {
-      rule.re.lastIndex = at;
-      const hit = rule.re.exec(text);
-      if (hit) { matched = { rule, hit }; break; }
-    }
-    if (!matched) continue;
-    if (at > plainFrom) out.push(document.createTextNode(text.slice(plainFrom, at)));
-    const { rule, hit } = matched;
-    if (rule.name === "code") {
-      out.push(el("code", [document.createTextNode(hit[2].replace(/^ (.*) $/s, "$1"))]));
-    } else if (rule.name === "link") {
-      const url = hit[2];
-      if (SAFE_URL.test(url)) {
-        const a = el("a", renderInline(hit[1]), { rel: "noopener noreferrer nofollow", target: "_blank" });
-        a.href = url;
-        out.push(a);
-      } else {
-        out.push(document.createTextNode(hit[0]));
-      }
-    } else {
-      out.push(el(rule.name, renderInline(hit[1])));
-    }
-    plainFrom = at + hit[0].length;
-    INLINE_START.lastIndex = plainFrom;
+function highlight(code, lang) {
+  const language = (lang || "").toLowerCase();
+  if (!language || code.length > MAX_HIGHLIGHT_CHARS || !hljs.getLanguage(language)) return "";
+  try {
+    return hljs.highlight(code, { language, ignoreIllegals: true }).value;
+  } catch {
+    return ""; // markdown-it escapes the code itself
   }
-  if (plainFrom < text.length) out.push(document.createTextNode(text.slice(plainFrom)));
-  return out;
 }
 
-function linesWithBreaks(lines) {
-  const nodes = [];
-  lines.forEach((line, i) => {
-    if (i > 0) nodes.push(el("br"));
-    nodes.push(...renderInline(line));
-  });
-  return nodes;
-}
+export const md = new MarkdownIt({ html: false, linkify: true, typographer: false, highlight });
 
-function parseList(lines, start, ordered) {
-  const pattern = ordered ? NUMBERED : BULLET;
-  const first = lines[start].match(pattern);
-  const list = el(ordered ? "ol" : "ul");
-  if (ordered && first[2] !== "1") list.setAttribute("start", String(Number(first[2])));
-  let i = start;
-  let item = null;
-  while (i < lines.length) {
-    const line = lines[i];
-    const m = line.match(pattern);
-    if (m) {
-      item = [ordered ? m[3] : m[2]];
-      list.append(el("li", []));
-      list.lastChild.itemLines = item;
-      i += 1;
-    } else if (line.trim() !== "" && /^\s+\S/.test(line) && item) {
-      item.push(line.trim());
-      i += 1;
-    } else {
-      break;
+// The page owns h1 and h2: the answer's headings start at h3.
+md.renderer.rules.heading_open = (tokens, idx) => `<h${Math.min(Number(tokens[idx].tag.slice(1)) + 2, 6)}>`;
+md.renderer.rules.heading_close = (tokens, idx) => `</h${Math.min(Number(tokens[idx].tag.slice(1)) + 2, 6)}>`;
+// An image is shown as a link to it.
+md.renderer.rules.image = (tokens, idx, options, env, self) => {
+  const token = tokens[idx];
+  const alt = self.renderInlineAsText(token.children, options, env) || token.attrGet("src");
+  return `<a href="${md.utils.escapeHtml(token.attrGet("src"))}">${md.utils.escapeHtml(alt)}</a>`;
+};
+
+const PURIFY = {
+  ALLOWED_URI_REGEXP: /^(?:https?:|mailto:|#)/i,
+  FORBID_TAGS: ["img", "svg", "math", "style", "form", "input", "button", "textarea", "select", "iframe", "video", "audio"],
+  FORBID_ATTR: ["style", "id", "name"],
+  RETURN_DOM_FRAGMENT: true,
+};
+
+DOMPurify.addHook("afterSanitizeAttributes", (node) => {
+  if (node.tagName === "A" && node.hasAttribute("href")) {
+    if (!node.getAttribute("href").startsWith("#")) {
+      node.setAttribute("target", "_blank");
+      node.setAttribute("rel", "noopener noreferrer nofollow");
     }
   }
-  for (const li of list.children) {
-    li.append(...linesWithBreaks(li.itemLines));
-    delete li.itemLines;
-  }
-  return [list, i];
+});
+
+/** `html` (markdown-it's output) as a sanitized DocumentFragment. */
+export function sanitize(html) {
+  return DOMPurify.sanitize(html, PURIFY);
 }
 
-export function parseBlocks(text) {
-  const lines = text.replace(/\r\n?/g, "\n").split("\n");
-  const blocks = [];
-  let i = 0;
-  while (i < lines.length) {
-    const line = lines[i];
-    if (line.trim() === "") { i += 1; continue; }
-    const fence = line.match(FENCE);
-    if (fence) {
-      const body = [];
-      i += 1;
-      while (i < lines.length && !(lines[i].trim().startsWith(fence[1]) && lines[i].trim().replace(/[`~]/g, "") === "")) {
-        body.push(lines[i]);
-        i += 1;
-      }
-      i += 1; // the closing fence (or past the end while the block is still streaming)
-      const code = el("code", [document.createTextNode(body.join("\n"))]);
-      if (fence[2]) code.className = `language-${fence[2]}`;
-      blocks.push(el("pre", [code]));
-      continue;
-    }
-    const heading = line.match(HEADING);
-    if (heading) {
-      const level = Math.min(heading[1].length + 2, 6); // the page owns h1/h2
-      blocks.push(el(`h${level}`, renderInline(heading[2])));
-      i += 1;
-      continue;
-    }
-    if (RULE.test(line)) { blocks.push(el("hr")); i += 1; continue; }
-    if (QUOTE.test(line)) {
-      const inner = [];
-      while (i < lines.length && QUOTE.test(lines[i])) { inner.push(lines[i].match(QUOTE)[1]); i += 1; }
-      blocks.push(el("blockquote", parseBlocks(inner.join("\n"))));
-      continue;
-    }
-    if (BULLET.test(line) || NUMBERED.test(line)) {
-      const [list, next] = parseList(lines, i, !BULLET.test(line));
-      blocks.push(list);
-      i = next;
-      continue;
-    }
-    const para = [];
-    while (i < lines.length && lines[i].trim() !== "" && (para.length === 0 || !isBlockStart(lines[i]))) {
-      para.push(lines[i]);
-      i += 1;
-    }
-    blocks.push(el("p", linesWithBreaks(para)));
-  }
-  return blocks;
+/** A code block's frame: its language and a copy button above the `<pre>` (the page's own elements). */
+function frameCodeBlock(pre) {
+  const code = pre.querySelector("code");
+  const match = code && /(?:^|\s)language-([\w+#.-]+)/.exec(code.className);
+  const frame = document.createElement("div");
+  frame.className = "code-block";
+  const header = document.createElement("div");
+  header.className = "code-header";
+  const label = document.createElement("span");
+  label.className = "code-lang";
+  label.textContent = match ? match[1] : "text";
+  const copy = document.createElement("button");
+  copy.type = "button";
+  copy.className = "copy-code ghost";
+  copy.textContent = "Copy code";
+  header.append(label, copy);
+  pre.replaceWith(frame);
+  frame.append(header, pre);
+  return frame;
 }
 
-/** Replaces the children of `target` with `text` rendered as Markdown (text nodes only; see above). */
+/** Sanitized nodes for `html`, with its code blocks framed. */
+export function toNodes(html) {
+  const fragment = sanitize(html);
+  for (const pre of Array.from(fragment.querySelectorAll("pre"))) frameCodeBlock(pre);
+  return Array.from(fragment.childNodes).filter((node) => node.nodeType === Node.ELEMENT_NODE);
+}
+
+/** Replaces the children of `target` with `text` rendered (for whole, finished messages). */
 export function renderMarkdown(target, text) {
-  target.replaceChildren(...parseBlocks(text));
+  target.replaceChildren(...toNodes(md.render(text || "")));
 }
+
+function endsWithBlankLine(text, offset) {
+  return /(?:^|\n)[ \t]*\n$/.test(text.slice(Math.max(0, offset - 200), offset));
+}
+
+/**
+ * `text` as its top-level blocks, `{ text, blocks: [{ source, html, offset }], references }`, re-using what it
+ * can of `previous` (the result for an earlier text):
+ * - the blocks before the last two are kept without parsing them again when the text up to the next one is
+ *   unchanged and a blank line precedes it: parsing from a top-level block that follows a blank line gives
+ *   the same blocks as parsing the whole text (reference definitions aside: with any, all is parsed);
+ * - a block parsed again whose source is the same at the same place keeps its html.
+ * So a streaming answer costs about the size of its last blocks per render, not its whole length.
+ */
+export function renderBlocks(text, previous = { text: "", blocks: [], references: false }) {
+  let keep = previous.references ? 0 : Math.max(0, previous.blocks.length - 2);
+  while (keep > 0) {
+    const { offset } = previous.blocks[keep];
+    if (endsWithBlankLine(text, offset) && text.startsWith(previous.text.slice(0, offset))) break;
+    keep -= 1;
+  }
+  const base = keep ? previous.blocks[keep].offset : 0;
+  const tail = text.slice(base);
+  const env = {};
+  const tokens = md.parse(tail, env);
+  const references = Boolean(env.references && Object.keys(env.references).length);
+  if (references && keep) return renderBlocks(text, { text: "", blocks: [], references: true });
+  const lines = tail.split("\n");
+  const lineStarts = [0];
+  for (const line of lines) lineStarts.push(lineStarts[lineStarts.length - 1] + line.length + 1);
+  const blocks = previous.blocks.slice(0, keep);
+  let start = 0;
+  let depth = 0;
+  for (let i = 0; i < tokens.length; i += 1) {
+    depth += tokens[i].nesting;
+    if (depth !== 0) continue;
+    const group = tokens.slice(start, i + 1);
+    start = i + 1;
+    const map = group[0].map || [0, 0];
+    const source = lines.slice(map[0], map[1]).join("\n");
+    const old = references ? null : previous.blocks[blocks.length];
+    const html = old && old.source === source ? old.html : md.renderer.render(group, md.options, env);
+    blocks.push({ source, html, offset: base + lineStarts[map[0]] });
+  }
+  return { text, blocks, references };
+}
+
+// highlight.js compiles a language's grammar on its first use, which can cost a frame in the middle of a
+// streaming answer: compile the common ones while the page is idle.
+const WARM_LANGUAGES = ["python", "javascript", "typescript", "bash", "json", "html", "css", "sql", "java", "go", "rust", "cpp"];
+function warmUp(deadline) {
+  while (WARM_LANGUAGES.length && (!deadline || deadline.timeRemaining() > 5)) highlight("x", WARM_LANGUAGES.shift());
+  if (WARM_LANGUAGES.length) schedule();
+}
+function schedule() {
+  if (window.requestIdleCallback) window.requestIdleCallback(warmUp, { timeout: 5000 });
+  else setTimeout(() => warmUp(null), 200);
+}
+schedule();

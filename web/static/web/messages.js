@@ -42,6 +42,39 @@ export class MessageList {
     this.done = true;
     this.loading = false;
     this.token = 0; // bumped by open(): answers for a chat no longer shown are dropped
+    this.actions = null; // the AnswerActions that stored answers get (set by the app)
+  }
+
+  /** A bubble for `message`, with the answer's actions when it is a stored answer. */
+  build(message) {
+    const li = buildMessage(message);
+    if (message.role === "assistant" && message.id && this.actions) this.actions.attach(li, message);
+    return li;
+  }
+
+  /** The newest stored message, read again, replaces `bubble` (a finished run's: it gains its actions and
+   * versions). Resolves to the new bubble, or null when the newest message is not an answer. */
+  async replaceWithStored(bubble) {
+    const { chatId, token } = this;
+    let page;
+    try {
+      page = await api("GET", `/api/chats/${chatId}/messages?limit=1`);
+    } catch {
+      return null;
+    }
+    const newest = page.results[0];
+    if (token !== this.token || !newest || newest.role !== "assistant" || !bubble.isConnected) return null;
+    const li = this.build(newest);
+    if (bubble.dataset.status) li.dataset.status = bubble.dataset.status;
+    if (!li.dataset.runId && bubble.dataset.runId) li.dataset.runId = bubble.dataset.runId;
+    li.querySelector(".message-body").setAttribute("aria-busy", "false");
+    li.className = bubble.className;
+    li.querySelector(".message-meta").textContent = bubble.querySelector(".message-meta").textContent;
+    const hadFocus = bubble.contains(document.activeElement);
+    bubble.replaceWith(li);
+    if (hadFocus) li.querySelector(".answer-bar button:not([hidden])")?.focus();
+    this.actions?.refreshLast();
+    return li;
   }
 
   /** Loads older messages whenever the top of the history scrolls into view. */
@@ -98,9 +131,10 @@ export class MessageList {
   /** Appends a bubble (staying at the bottom if the reader was there, or for their own prompt). */
   append(message) {
     const stick = this.nearBottom();
-    const li = buildMessage(message);
+    const li = this.build(message);
     this.list.append(li);
     this.updateEmptyState();
+    this.actions?.refreshLast();
     if (stick || message.role === "user") this.scrollToBottom();
     return li;
   }
@@ -127,8 +161,9 @@ export class MessageList {
     // Prepend older messages without moving what the reader is looking at.
     const box = this.box;
     const fromBottom = box.scrollHeight - box.scrollTop;
-    const nodes = page.results.slice().reverse().map(buildMessage);
+    const nodes = page.results.slice().reverse().map((message) => this.build(message));
     this.list.prepend(...nodes);
+    this.actions?.refreshLast();
     box.scrollTop = box.scrollHeight - fromBottom;
     this.cursor = page.next_cursor;
     this.done = !page.next_cursor;

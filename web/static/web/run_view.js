@@ -8,7 +8,7 @@
 import { api } from "./api.js";
 import { Connection, FinishReason, RunStatus, STREAM_ERROR_EVENT, StreamEvent, isTerminal } from "./constants.js";
 import { formatSeconds } from "./dom.js";
-import { renderMarkdown } from "./markdown.js";
+import { LiveMarkdown } from "./live_markdown.js";
 import { clearProgress, loadProgress, saveProgress } from "./progress.js";
 import { RunStream } from "./stream.js";
 
@@ -56,9 +56,11 @@ export class RunView {
   #polling = false;
   #lastActivity = Date.now();
   #finished = false;
-  #renderQueued = false;
+  #view; // the LiveMarkdown of the bubble
   #connectionLost = false;
   #lostTimer = null;
+  #stick = true;
+  #prefix; // a continued answer's text before this run: a reset goes back to it
   #messages;
   #statusLine;
   #onFinished;
@@ -68,7 +70,7 @@ export class RunView {
    * message it writes into. `messages`: the MessageList (scrolling). `statusLine`: the page's live region.
    * `onFinished(view, { announcement, error })`: once, when the run ends (not when detached).
    */
-  constructor(run, { bubble, messages, statusLine, onFinished }) {
+  constructor(run, { bubble, prefix = "", messages, statusLine, onFinished }) {
     bubble.classList.add(WRITING_CLASS);
     bubble.dataset.runId = String(run.id);
     const body = bubble.querySelector(".message-body");
@@ -79,7 +81,8 @@ export class RunView {
     this.#streamUrl = run.stream_url;
     this.#initial = run;
     this.#status = run.status;
-    this.#text = saved ? saved.text : "";
+    this.#prefix = prefix;
+    this.#text = saved ? saved.text : prefix;
     this.#lastEventId = saved ? saved.lastEventId : 0;
     this.#bubble = bubble;
     this.#body = body;
@@ -87,7 +90,12 @@ export class RunView {
     this.#messages = messages;
     this.#statusLine = statusLine;
     this.#onFinished = onFinished;
-    if (this.#text) renderMarkdown(body, this.#text); // the partial answer shows at once after a reload
+    this.#view = new LiveMarkdown(body, { onRender: () => this.#rendered() });
+    this.#stick = messages.nearBottom();
+    if (this.#text) {
+      this.#view.set(this.#text);
+      this.#view.flush(); // the partial answer shows at once after a reload
+    }
   }
 
   get id() {
@@ -96,6 +104,11 @@ export class RunView {
 
   get chatId() {
     return this.#chatId;
+  }
+
+  /** The assistant bubble it writes into. */
+  get bubble() {
+    return this.#bubble;
   }
 
   /** Ended, or detached: the view no longer changes. */
@@ -151,20 +164,16 @@ export class RunView {
     this.#statusLine.set(status === RunStatus.STREAMING ? "" : text);
   }
 
-  #render() {
-    this.#renderQueued = false;
-    if (this.#finished) return;
-    const stick = this.#messages.nearBottom();
-    renderMarkdown(this.#body, this.#text);
-    this.#save();
-    if (stick) this.#messages.scrollToBottom();
+  /** After each render: keep the reader at the bottom if they were there, and save the progress. */
+  #rendered() {
+    if (this.#stick) this.#messages.scrollToBottom();
+    if (!this.#finished) this.#save();
   }
 
   #scheduleRender() {
-    if (this.#renderQueued) return;
-    this.#renderQueued = true;
-    if (document.hidden) setTimeout(() => this.#render(), 100);
-    else requestAnimationFrame(() => this.#render());
+    // Whether to follow the text is decided before it grows (after, the new text is below the fold).
+    this.#stick = this.#messages.nearBottom();
+    this.#view.set(this.#text);
   }
 
   #connect() {
@@ -219,7 +228,7 @@ export class RunView {
         this.#scheduleRender();
         break;
       case StreamEvent.RESET:
-        this.#text = "";
+        this.#text = this.#prefix;
         this.#scheduleRender();
         break;
       case StreamEvent.STATUS:
@@ -279,7 +288,8 @@ export class RunView {
     clearInterval(this.#pollTimer);
     clearTimeout(this.#lostTimer);
     if (typeof text === "string") this.#text = text;
-    renderMarkdown(this.#body, this.#text);
+    this.#stick = this.#messages.nearBottom();
+    this.#view.finish(this.#text);
     this.#body.setAttribute("aria-busy", "false");
     this.#bubble.classList.remove(WRITING_CLASS);
     this.#bubble.dataset.status = status;
