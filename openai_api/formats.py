@@ -12,6 +12,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from openai_api.service_tier import answered_service_tier
 from openai_api.streaming import Completion, Piece
 from runs.models import Run
 
@@ -70,7 +71,7 @@ def envelope(runs: Sequence[Run], model: str, kind: str, choices: list[dict[str,
         "choices": choices,
     }
     if kind != TEXT:  # chat answers name the tier that served them, as OpenAI's do (openai_api.service_tier)
-        body["service_tier"] = runs[0].tier.name
+        body["service_tier"] = answered_service_tier(runs[0])
     return body
 
 

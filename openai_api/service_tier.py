@@ -7,7 +7,8 @@
 
 The run is queued and scheduled as a run of the tier chosen (its queue, its engine priority, its prompt budget);
 admission and the caps (token bucket, concurrency, ``max_tokens``) stay the user's. The answer's ``service_tier``
-is the name of the tier used.
+says, in OpenAI's words (clients check them against OpenAI's list), how it was served: ``default`` on the user's own
+tier, ``flex`` on a lower one (:func:`answered_service_tier`); the run's JSON names the tier itself.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 from accounts.models import Tier, User
 from openai_api.errors import OpenAIRequestError
 from openai_api.options import OPENAI_SERVICE_TIERS
+from runs.models import Run
 
 
 def service_tier_for(*, user: User, requested: str | None) -> Tier:
@@ -32,3 +34,9 @@ def service_tier_for(*, user: User, requested: str | None) -> Tier:
             f"'service_tier' must be one of {names}; got '{requested}'.", param="service_tier", code="invalid_value"
         )
     return named if named.priority >= own.priority else own
+
+
+def answered_service_tier(run: Run) -> str:
+    """The answer's ``service_tier``: ``default`` when the run was served on its user's own tier, ``flex`` below it
+    (``run.user`` is the caller, already loaded by the view: no query)."""
+    return "default" if run.tier_id == run.user.tier_id else "flex"

@@ -15,6 +15,7 @@ from django.utils import timezone
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessageFunctionToolCall
 
+from accounts.models import Tier, User
 from openai_api import apis
 from openai_api.requests import ChatCompletionRequest, parse_chat_completion
 from openai_api.streaming import ChoiceEvent, Completion, Piece
@@ -39,7 +40,8 @@ def request(**body: Any) -> ChatCompletionRequest:
 
 
 def run() -> Run:
-    return Run(pk=41, created_at=timezone.now())
+    tier = Tier(pk=1, name="free")
+    return Run(pk=41, created_at=timezone.now(), tier=tier, user=User(tier=tier))
 
 
 def body(parsed: ChatCompletionRequest, text: str, finish: str) -> ChatCompletion:
