@@ -8,11 +8,13 @@ completions: they wait for their runs, so ``chatproject/asgi.py`` sends them dow
 from django.urls import path
 
 from openai_api.apis import chat_completions, completions, models
+from openai_api.embeddings import embeddings
 
 urlpatterns = [
     path("v1/models", models, name="openai-models"),
     path("v1/chat/completions", chat_completions, name="openai-chat-completions"),
     path("v1/completions", completions, name="openai-completions"),
+    path("v1/embeddings", embeddings, name="openai-embeddings"),
 ]
 
 STREAM_PATHS: tuple[str, ...] = ("/v1/chat/completions", "/v1/completions")
