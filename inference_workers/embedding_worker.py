@@ -49,7 +49,7 @@ class EmbeddingWorker:
         name: str,
         client: redis.Redis,
         max_batch: int,
-        status: Callable[[], str],
+        status: Callable[[], str | None],
     ) -> None:
         self.deployment = deployment
         self.model = model
@@ -57,7 +57,8 @@ class EmbeddingWorker:
         self.client = client
         self.max_batch = max(1, max_batch)
         self.status = status
-        """Reads the deployment's status (the worker advertises itself only while it is ``ready``)."""
+        """Reads the deployment's status (the worker advertises itself only while it is ``ready``); None: the row
+        cannot be read now (the worker keeps what it last saw: deployments are retired, never deleted)."""
         self.stop = threading.Event()
         self.served_inputs = 0
 
@@ -77,7 +78,9 @@ class EmbeddingWorker:
         while not self.stop.is_set():
             try:
                 status = self.status()
-                if status == DeploymentStatus.READY:
+                if status is None:
+                    pass
+                elif status == DeploymentStatus.READY:
                     mark_ready(self.deployment, self.name, client=self.client)
                 else:
                     unmark_ready(self.deployment, self.name, client=self.client)

@@ -37,9 +37,9 @@ class Command(BaseCommand):
         model = EmbeddingModel(Path(row.local_path), threads=config.worker_threads)
         worker_name = options["name"] or f"embed@{socket.gethostname()}:{os.getpid()}"
 
-        def status() -> str:
-            found = ModelDeployment.objects.filter(pk=row.pk).values_list("status", flat=True).first()
-            return str(found or DeploymentStatus.RETIRED)
+        def status() -> str | None:
+            found = ModelDeployment.objects.filter(name=row.name, version=row.version).values_list("status", flat=True)
+            return next(iter(found), None)
 
         worker = EmbeddingWorker(
             deployment=row.key,
