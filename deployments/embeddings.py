@@ -26,7 +26,7 @@ from django.conf import settings
 
 from core.errors import DomainError
 from core.redis_client import get_redis
-from deployments.embedding_model import EmbeddingSpec, read_spec
+from deployments.embedding_model import EmbeddingModelError, EmbeddingSpec, read_spec
 from deployments.selection import Served
 from deployments.tokenizer import load_tokenizer
 from generation.embedding_contract import EmbeddingRequest, embedding_queue, parse_reply, unpack_vector
@@ -55,8 +55,14 @@ def _spec(local_path: str) -> EmbeddingSpec:
 
 
 def embedding_spec(deployment: Served) -> EmbeddingSpec:
-    """The deployment's dimensions, length limit and pooling (read from its files once per process)."""
-    return _spec(deployment.local_path)
+    """The deployment's dimensions, length limit and pooling (read from its files once per process);
+    :class:`EmbeddingUnavailable` while its folder cannot be read."""
+    try:
+        return _spec(deployment.local_path)
+    except (EmbeddingModelError, OSError) as exc:
+        raise EmbeddingUnavailable(
+            f"The model {deployment.key} cannot be read here yet ({exc}); retry shortly."
+        ) from exc
 
 
 def tokenizer_of(deployment: Served, *, wait: bool = False) -> Any:
@@ -70,15 +76,31 @@ def tokenize(
 ) -> list[list[int]]:
     """Each text as the model's ids (``[CLS] ... [SEP]`` for BERT), cut to ``truncate_to`` tokens (special tokens
     included) when given: ``right`` keeps the first tokens, ``left`` the last, as vLLM's ``truncation_side``."""
+    if not texts:
+        return []
     tokenizer = tokenizer_of(deployment)
     if truncate_to is None:
         return [list(ids) for ids in tokenizer(texts, add_special_tokens=True)["input_ids"]]
-    room = max(0, truncate_to - tokenizer.num_special_tokens_to_add(pair=False))
+    prefix, suffix = _special_tokens(deployment.local_path)
+    room = max(0, truncate_to - len(prefix) - len(suffix))
     result: list[list[int]] = []
     for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]:
         kept = ids[:room] if truncation_side == "right" else ids[len(ids) - room :] if room else []
-        result.append(list(tokenizer.build_inputs_with_special_tokens(kept)))
+        result.append([*prefix, *kept, *suffix])
     return result
+
+
+@functools.lru_cache(maxsize=32)
+def _special_tokens(local_path: str) -> tuple[list[int], list[int]]:
+    """The ids the tokenizer puts before and after a text (``[CLS]`` and ``[SEP]`` for BERT), found by encoding one
+    word with and without them (transformers 5's tokenizers no longer expose ``build_inputs_with_special_tokens``)."""
+    tokenizer = load_tokenizer(local_path, wait=False)
+    bare = list(tokenizer("a", add_special_tokens=False)["input_ids"])
+    full = list(tokenizer("a", add_special_tokens=True)["input_ids"])
+    for start in range(len(full) - len(bare) + 1):
+        if full[start : start + len(bare)] == bare:
+            return full[:start], full[start + len(bare) :]
+    return [], []
 
 
 def embed(texts: list[str], deployment: Served, *, timeout_s: float | None = None) -> list[Vector]:

@@ -8,8 +8,11 @@ from collections.abc import Iterator
 import pytest
 
 from bench.lib.processes import stop_process_group, wait_http
+from tests.deployment_helpers import mark_ready_worker
 from tests.embeddings.helpers import ensure_embedding_deployment
 from tests.live_stack import ROOT, LiveStack, _free_port, _spawn, _stack_env, _wait_log
+
+WORKER = "embed@tests"
 
 
 @pytest.fixture(scope="package", name="embedding_stack")
@@ -39,7 +42,7 @@ def embedding_stack_fixture(django_db_setup: None, django_db_blocker: object) ->
             env,
         )
         processes["embed-worker"] = _spawn(
-            "embed-worker", [sys.executable, str(ROOT / "manage.py"), "run_embedding_worker"], env
+            "embed-worker", [sys.executable, str(ROOT / "manage.py"), "run_embedding_worker", "--name", WORKER], env
         )
         base_url = f"http://127.0.0.1:{port}"
         wait_http(base_url + "/healthz", processes["embed-web"], timeout_s=120, what="the web process")
@@ -55,4 +58,6 @@ def embedding_deployment(request: pytest.FixtureRequest) -> None:
     """Transactional tests flush every table: the embedding deployment comes back (same id) before each test."""
     if "embedding_stack" in request.fixturenames or request.node.get_closest_marker("django_db"):
         request.getfixturevalue("default_tiers")
-        ensure_embedding_deployment()
+        row = ensure_embedding_deployment()
+        if "embedding_stack" in request.fixturenames:  # each test flushes Redis: the worker's marker comes back
+            mark_ready_worker(row.key, worker=WORKER, ttl_s=10)  # at its next beat; until then, this one stands

@@ -79,3 +79,23 @@ def test_selection_routes_each_kind_only_to_its_own_deployments() -> None:
         resolve_model(chat.name, kind=DeploymentKind.EMBED)
     with pytest.raises(ModelNotFound):
         resolve_model("nothing-here", kind=DeploymentKind.EMBED)
+
+
+def test_truncation_keeps_cls_and_sep_and_the_side_asked() -> None:
+    from deployments.embeddings import tokenize
+    from deployments.selection import Served
+
+    served = Served(
+        id=1,
+        name="m",
+        version="v1",
+        status="ready",
+        traffic_weight=1,
+        is_default=False,
+        local_path=str(model_folder()),
+        kind="embed",
+    )
+    [right] = tokenize(["word " * 400], served, truncate_to=256)
+    assert len(right) == 256 and right[0] == 101 and right[-1] == 102
+    assert tokenize(["hello there"], served, truncate_to=3, truncation_side="left") == [[101, 2045, 102]]
+    assert tokenize(["hello there"], served, truncate_to=3) == [[101, 7592, 102]]
