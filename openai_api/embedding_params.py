@@ -38,6 +38,8 @@ class EmbeddingInputs:
     """The texts (None where that input is token ids)."""
     token_ids: list[list[int] | None]
     """The token ids sent (None where that input is text)."""
+    single: bool = False
+    """``input`` was one string or one token-id list (errors name ``input``, not ``input[0]``)."""
 
 
 @dataclass(frozen=True)
@@ -111,8 +113,9 @@ def _inputs(value: Any, *, max_inputs: int) -> EmbeddingInputs:
         )
     texts: list[str | None] = []
     ids: list[list[int] | None] = []
+    single = items is not value
     for index, item in enumerate(items):
-        param = "input" if isinstance(value, str) or items is not value else f"input[{index}]"
+        param = "input" if single else f"input[{index}]"
         if isinstance(item, str):
             if not item:
                 raise OpenAIRequestError(f"'{param}' is an empty string: embed some text.", param=param)
@@ -125,7 +128,7 @@ def _inputs(value: Any, *, max_inputs: int) -> EmbeddingInputs:
             ids.append(list(item))
         else:
             raise OpenAIRequestError(f"'{param}' must be a string or a list of token ids (integers).", param=param)
-    return EmbeddingInputs(texts=texts, token_ids=ids)
+    return EmbeddingInputs(texts=texts, token_ids=ids, single=single)
 
 
 def _check_dimensions(value: Any, *, model: str, spec: EmbeddingSpec) -> None:

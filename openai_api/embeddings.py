@@ -42,7 +42,7 @@ def token_inputs(parsed: EmbeddingsRequest, served: Served) -> list[list[int]]:
     texts = [text for text in parsed.inputs.texts if text is not None]
     tokenized = iter(tokenize(texts, served, truncate_to=parsed.truncate_to, truncation_side=parsed.truncation_side))
     vocab = len(tokenizer_of(served))
-    single = len(parsed.inputs.texts) == 1
+    single = parsed.inputs.single
     result: list[list[int]] = []
     for index, sent in enumerate(parsed.inputs.token_ids):
         param = "input" if single else f"input[{index}]"
