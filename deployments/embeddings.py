@@ -25,7 +25,6 @@ import redis.asyncio as aioredis
 from django.conf import settings
 
 from core.errors import DomainError
-from core.redis_client import get_redis
 from deployments.embedding_model import EmbeddingModelError, EmbeddingSpec, read_spec
 from deployments.selection import Served
 from deployments.tokenizer import load_tokenizer
@@ -115,7 +114,7 @@ def embed_ids(inputs: list[list[int]], deployment: Served, *, timeout_s: float |
     if not inputs:
         return []
     request = _request(inputs, timeout_s)
-    client = get_redis()
+    client = _sync_client()
     try:
         pipe = client.pipeline(transaction=False)
         pipe.rpush(embedding_queue(deployment.key), request.to_json())
@@ -163,6 +162,17 @@ def _vectors(raw: str | None, deployment: Served, *, expected: int) -> list[Vect
     return [unpack_vector(item) for item in packed]
 
 
+@functools.lru_cache(maxsize=1)
+def _sync_client() -> redis.Redis:
+    """The shared Redis with a socket timeout longer than the longest wait for a reply (``get_redis``' is 5 s)."""
+    return redis.Redis.from_url(
+        settings.REDIS_URL,
+        decode_responses=True,
+        socket_connect_timeout=5,
+        socket_timeout=settings.EMBEDDINGS.timeout_s + 5,
+    )
+
+
 _async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aioredis.Redis] = weakref.WeakKeyDictionary()
 _async_lock = threading.Lock()
 
@@ -173,6 +183,11 @@ def _async_client() -> aioredis.Redis:
     with _async_lock:
         client = _async_clients.get(loop)
         if client is None:
-            client = aioredis.Redis.from_url(settings.REDIS_URL, decode_responses=True, socket_connect_timeout=5)
+            client = aioredis.Redis.from_url(  # a reply may take up to EMBEDDING_TIMEOUT_S: the socket waits longer
+                settings.REDIS_URL,
+                decode_responses=True,
+                socket_connect_timeout=5,
+                socket_timeout=settings.EMBEDDINGS.timeout_s + 5,
+            )
             _async_clients[loop] = client
         return client
