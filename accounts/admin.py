@@ -61,7 +61,7 @@ class UserLimitOverrideAdmin(admin.ModelAdmin[UserLimitOverride]):
 
 @admin.register(UsageDay)
 class UsageDayAdmin(admin.ModelAdmin[UsageDay]):
-    list_display = ["day", "user", "runs", "input_tokens", "output_tokens"]
+    list_display = ["day", "user", "runs", "input_tokens", "output_tokens", "embedding_requests", "embedding_tokens"]
     list_filter = ["day", "user__tier"]
     search_fields = ["user__username"]
     date_hierarchy = "day"

@@ -67,3 +67,17 @@ def usage_record(*, user_id: int, input_tokens: int, output_tokens: int) -> None
             sql,
             [user_id, timezone.now().date(), input_tokens, output_tokens],
         )
+
+
+def embedding_usage_record(*, user_id: int, tokens: int) -> None:
+    """Adds one answered ``/v1/embeddings`` request and its input tokens to the user's usage of today (UTC); one
+    statement, safe under concurrent callers (as :func:`usage_record`)."""
+    sql = (
+        "INSERT INTO accounts_usageday AS u "
+        "(user_id, day, runs, input_tokens, output_tokens, embedding_requests, embedding_tokens) "
+        "VALUES (%s, %s, 0, 0, 0, 1, %s) ON CONFLICT (user_id, day) DO UPDATE SET "
+        "embedding_requests = u.embedding_requests + 1, "
+        "embedding_tokens = u.embedding_tokens + EXCLUDED.embedding_tokens"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [user_id, timezone.now().date(), tokens])

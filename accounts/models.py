@@ -90,6 +90,12 @@ class UsageDay(models.Model):
     runs = models.PositiveIntegerField(default=0)
     input_tokens = models.PositiveBigIntegerField(default=0)
     output_tokens = models.PositiveBigIntegerField(default=0)
+    embedding_requests = models.PositiveIntegerField(
+        default=0, db_default=0, help_text="/v1/embeddings requests answered."
+    )
+    embedding_tokens = models.PositiveBigIntegerField(
+        default=0, db_default=0, help_text="Input tokens those requests embedded."
+    )
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["user", "day"], name="usage_day_per_user")]

@@ -377,3 +377,31 @@ def outage_config_from_env() -> OutageConfig:
         redis_connect_timeout_s=env.float("REDIS_CONNECT_TIMEOUT_S", default=5.0),
         retry_after_s=env.int("OUTAGE_RETRY_AFTER_S", default=5),
     )
+
+
+@dataclass(frozen=True)
+class EmbeddingConfig:
+    """Embedding deployments: ``/v1/embeddings``' limits, the call to the embedding workers, and those workers."""
+
+    max_inputs: int
+    """The most inputs one ``/v1/embeddings`` request may hold (OpenAI allows 2,048)."""
+    timeout_s: float
+    """How long a request waits for an embedding worker's answer before a 503 (the worker may be busy or gone)."""
+    worker_deployment: str
+    """The ``name@version`` an embedding worker (``manage.py run_embedding_worker``) serves; empty: the default
+    embedding deployment (the packaged all-MiniLM-L6-v2)."""
+    worker_max_batch: int
+    """The most inputs an embedding worker runs through the model in one forward pass (the requests waiting are
+    drained into one batch up to this)."""
+    worker_threads: int
+    """Torch threads of an embedding worker (intra-op); 0: torch's default (one per core)."""
+
+
+def embedding_config_from_env() -> EmbeddingConfig:
+    return EmbeddingConfig(
+        max_inputs=env.int("EMBEDDING_MAX_INPUTS", default=2048),
+        timeout_s=env.float("EMBEDDING_TIMEOUT_S", default=30.0),
+        worker_deployment=env.str("EMBEDDING_WORKER_DEPLOYMENT", default=""),
+        worker_max_batch=env.int("EMBEDDING_WORKER_MAX_BATCH", default=64),
+        worker_threads=env.int("EMBEDDING_WORKER_THREADS", default=1),
+    )

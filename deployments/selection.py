@@ -5,6 +5,10 @@
 * ``name@version`` pins one version;
 * nothing (a UI chat, ``POST /api/chats`` without ``model``): the default deployment's name.
 
+Each deployment has a kind (``generate`` or ``embed``): a chat or a completion never goes to an embedding model,
+nor ``/v1/embeddings`` to a chat model (a 404 ``model_wrong_kind`` that names the model's kind, as OpenAI answers
+404 for a model the endpoint does not serve).
+
 An unknown name, or a version that is not served (retired, failed, draining, never registered), is a 404
 ``model_not_found`` that names the models there are; a malformed ``model`` is a 400 ``invalid_model``; a known
 model that has no ready worker (or a version still materializing) is a 503 with ``Retry-After``. Every refusal
@@ -28,7 +32,7 @@ from typing import Any
 from django.conf import settings
 
 from core.errors import DomainError
-from deployments.models import NAME_PATTERN, DeploymentStatus, ModelDeployment, deployment_key
+from deployments.models import NAME_PATTERN, DeploymentKind, DeploymentStatus, ModelDeployment, deployment_key
 from generation.worker_contract import ready_worker_counts
 
 _NAME = re.compile(NAME_PATTERN)
@@ -38,6 +42,23 @@ RETRY_AFTER_S = 5
 class ModelNotFound(DomainError):
     status_code = 404
     code = "model_not_found"
+
+
+class WrongModelKind(DomainError):
+    """The model exists but serves the other kind of request (an embedding model asked to chat, say)."""
+
+    status_code = 404
+    code = "model_wrong_kind"
+
+
+KIND_WORDS: dict[str, str] = {
+    DeploymentKind.GENERATE: "a text-generation model",
+    DeploymentKind.EMBED: "an embedding model",
+}
+KIND_ENDPOINTS: dict[str, str] = {
+    DeploymentKind.GENERATE: "/v1/chat/completions and /v1/completions",
+    DeploymentKind.EMBED: "/v1/embeddings",
+}
 
 
 class InvalidModel(DomainError):
@@ -66,6 +87,7 @@ class Served:
     is_default: bool
     local_path: str
     engine_args: dict[str, Any] = field(default_factory=dict)
+    kind: str = DeploymentKind.GENERATE
 
     @property
     def key(self) -> str:
@@ -86,6 +108,7 @@ def _served(row: ModelDeployment) -> Served:
         is_default=row.is_default,
         local_path=row.local_path,
         engine_args=dict(row.engine_args or {}),
+        kind=row.kind,
     )
 
 
@@ -156,9 +179,10 @@ def default_deployment() -> Served | None:
     return next((d for d in served_deployments() if d.is_default), None)
 
 
-def available_models() -> list[str]:
-    """What a client may send: each name with a ready version, and each ready ``name@version``."""
-    ready = [d for d in served_deployments() if d.is_ready]
+def available_models(kind: str | None = None) -> list[str]:
+    """What a client may send: each name with a ready version, and each ready ``name@version`` (of ``kind``
+    only, when given)."""
+    ready = [d for d in served_deployments() if d.is_ready and kind in (None, d.kind)]
     names = sorted({d.name for d in ready})
     return names + sorted(d.key for d in ready)
 
@@ -174,13 +198,26 @@ def parse_model(spec: str) -> tuple[str, str | None]:
     return name, (version if at else None)
 
 
-def _not_found(what: str) -> ModelNotFound:
-    available = ", ".join(available_models()) or "none is ready yet"
+def _not_found(what: str, kind: str | None = None) -> ModelNotFound:
+    available = ", ".join(available_models(kind)) or "none is ready yet"
     return ModelNotFound(f"The model '{what[:200]}' does not exist here. Available: {available}.")
 
 
-def resolve_model(spec: str | None, *, rng: random.Random | None = None) -> Served:
-    """The deployment that serves a run for ``spec`` (see the module doc for the rules and the errors)."""
+def check_kind(spec: str, versions: list[Served], kind: str) -> None:
+    """:class:`WrongModelKind` when ``spec``'s deployments serve another kind than ``kind``."""
+    other = next((d.kind for d in versions if d.kind != kind), None)
+    if other is None:
+        return
+    available = ", ".join(available_models(kind)) or "none is ready yet"
+    raise WrongModelKind(
+        f"The model '{spec[:200]}' is {KIND_WORDS.get(other, other)}: it serves {KIND_ENDPOINTS.get(other, other)}, "
+        f"not this endpoint. Use {KIND_WORDS.get(kind, kind)}: {available}."
+    )
+
+
+def resolve_model(spec: str | None, *, rng: random.Random | None = None, kind: str = DeploymentKind.GENERATE) -> Served:
+    """The deployment that serves a run for ``spec`` (see the module doc for the rules and the errors); ``kind``:
+    what the request needs (an ``embed`` request names its model: there is no default embedding model)."""
     if spec is None or not spec.strip():
         default = default_deployment()
         if default is None:
@@ -189,7 +226,8 @@ def resolve_model(spec: str | None, *, rng: random.Random | None = None) -> Serv
     name, version = parse_model(spec)
     versions = [d for d in served_deployments() if d.name == name]
     if not versions:
-        raise _not_found(spec)
+        raise _not_found(spec, kind)
+    check_kind(spec, versions, kind)
     if version is not None:
         return _pinned(spec, next((d for d in versions if d.version == version), None))
     return _by_weight(name, versions, rng or random)
@@ -205,7 +243,8 @@ def check_model(spec: str) -> str:
     live = (DeploymentStatus.RETIRED, DeploymentStatus.FAILED, DeploymentStatus.DRAINING)
     versions = [d for d in served_deployments() if d.name == name and d.status not in live]
     if not versions or (version is not None and all(d.version != version for d in versions)):
-        raise _not_found(spec)
+        raise _not_found(spec, DeploymentKind.GENERATE)
+    check_kind(spec, versions, DeploymentKind.GENERATE)  # a chat's model generates
     return spec
 
 

@@ -8,6 +8,7 @@ completions: they wait for their runs, so ``chatproject/asgi.py`` sends them dow
 from django.urls import path
 
 from openai_api.apis import chat_completions, completions, models
+from openai_api.embeddings import embeddings
 from openai_api.responses.apis import response_detail, response_input_items, responses
 
 urlpatterns = [
@@ -17,6 +18,7 @@ urlpatterns = [
     path("v1/responses", responses, name="openai-responses"),
     path("v1/responses/<str:public_id>", response_detail, name="openai-response"),
     path("v1/responses/<str:public_id>/input_items", response_input_items, name="openai-response-input-items"),
+    path("v1/embeddings", embeddings, name="openai-embeddings"),
 ]
 
 STREAM_PATHS: tuple[str, ...] = ("/v1/chat/completions", "/v1/completions", "/v1/responses")

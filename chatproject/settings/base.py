@@ -12,6 +12,7 @@ from core.config import (
     chat_limits_from_env,
     context_config_from_env,
     deployment_config_from_env,
+    embedding_config_from_env,
     engine_config_from_env,
     env,
     outage_config_from_env,
@@ -172,6 +173,7 @@ SCHEDULER = scheduler_config_from_env()
 parse_gates(SCHEDULER.gates_spec)  # a malformed SCHED_GATES fails at start, not when the dispatcher builds
 CONTEXT = context_config_from_env()
 OUTAGES = outage_config_from_env()
+EMBEDDINGS = embedding_config_from_env()
 
 # One stderr handler for every process (web, dispatcher, workers: see chatproject/celery.py); docs/operations.md "Logs".
 LOG_FORMAT = env.str("LOG_FORMAT", default="plain")

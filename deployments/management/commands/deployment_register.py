@@ -38,6 +38,13 @@ class Command(BaseCommand):
         )
         parser.add_argument("--weight", type=int, default=0, help="Traffic weight 0-100 (default 0).")
         parser.add_argument("--default", action="store_true", help="Make it the default deployment once ready.")
+        parser.add_argument(
+            "--kind",
+            choices=["generate", "embed"],
+            default="generate",
+            help="What it serves: text generation (default) or embeddings (/v1/embeddings; --source packaged is "
+            "all-MiniLM-L6-v2).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         source_kind, source_path = source_of(options["source"], serve_in_place=options["serve_in_place"])
@@ -50,6 +57,7 @@ class Command(BaseCommand):
                 engine_args=parse_engine_args(options["engine_arg"]),
                 traffic_weight=options["weight"],
                 make_default=options["default"],
+                kind=options["kind"],
             )
         except RegistrationError as exc:
             raise CommandError(exc.message) from exc
