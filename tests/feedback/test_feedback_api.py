@@ -4,6 +4,7 @@ and in the message list."""
 from __future__ import annotations
 
 import pytest
+from django.test import Client
 from rest_framework.test import APIClient
 
 from accounts.models import User
@@ -11,6 +12,7 @@ from feedback.models import RunFeedback
 from runs.models import Run
 from tests.chat_turns import turn
 from tests.factories import ChatFactory, RunFactory
+from tests.monitoring.test_metrics import scrape, value
 
 pytestmark = pytest.mark.django_db
 
@@ -80,3 +82,22 @@ def test_an_unfinished_run_cannot_be_rated(api: APIClient, user: User) -> None:
     assert resp.status_code == 409
     assert resp.json()["error"]["code"] == "not_rateable"
     assert not RunFeedback.objects.exists()
+
+
+def test_the_ratings_show_per_version_in_metrics_and_in_the_admin(api: APIClient, user: User) -> None:
+    up, down, other = (_rated_run(api, user) for _ in range(3))
+    api.put(f"/api/runs/{up}/feedback", {"rating": "up"}, format="json")
+    api.put(f"/api/runs/{down}/feedback", {"rating": "down", "reason": "wrong"}, format="json")
+    api.put(f"/api/runs/{other}/feedback", {"rating": "down"}, format="json")
+    deployment = Run.objects.select_related("deployment").get(pk=up).deployment
+    assert deployment is not None
+    samples = scrape()
+    assert value(samples, "chat_feedback_ratings", deployment=deployment.key, rating="up") == 1
+    assert value(samples, "chat_feedback_ratings", deployment=deployment.key, rating="down") == 2
+
+    admin = Client()
+    admin.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
+    page = admin.get("/admin/feedback/runfeedback/")
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert deployment.key in text and "66.7%" in text  # 2 of 3 ratings down, for that version
