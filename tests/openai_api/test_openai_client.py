@@ -105,8 +105,8 @@ def test_streamed_chunks_reassemble_the_stored_answer(live_stack: LiveStack) -> 
 
 def test_tools_with_the_default_auto_choice_are_served_and_reach_the_prompt(live_stack: LiveStack) -> None:
     """No ``tool_choice``: "auto". The simulated engine writes words (it honours no grammar), so the answer is the
-    text branch: an ordinary message. The tools reach the model in the chat's system message, since the default
-    model's template renders none."""
+    text branch: an ordinary message. The tools reach the model in a system message of their own first (the
+    call sent none, and ``/v1`` adds no default), since the default model's template renders none."""
     client = client_for(live_stack, UserFactory.with_tier("pro"))
     tool: Any = {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city."}}
     completion = client.chat.completions.create(
@@ -117,8 +117,10 @@ def test_tools_with_the_default_auto_choice_are_served_and_reach_the_prompt(live
     assert run.assistant_message is not None
     assert (choice.message.content, choice.message.tool_calls) == (run.assistant_message.content, None)
     assert choice.finish_reason in ("stop", "length")
+    # The call sent no system message and /v1 adds no default of ours: one system message holds the tools alone.
     system = run.chat.messages.get(role=MessageRole.SYSTEM).content
-    assert system.startswith(settings.CONTEXT.system_prompt) and '"name": "get_weather"' in system
+    assert system.startswith("You can call these functions") and '"name": "get_weather"' in system
+    assert settings.CONTEXT.system_prompt not in system
     assert run.tools == [tool]
 
 
