@@ -120,7 +120,7 @@ def test_an_out_of_range_last_event_id_is_400(
 
 
 def test_an_unknown_v1_path_is_a_json_404(live_web: str) -> None:
-    resp = httpx.get(f"{live_web}/v1/embeddings")
+    resp = httpx.get(f"{live_web}/v1/no-such-endpoint")
     assert resp.status_code == 404
     assert resp.json()["error"]["type"] == "invalid_request_error"
 
