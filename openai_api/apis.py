@@ -24,7 +24,7 @@ from accounts.selectors import user_for_token
 from chats.models import Message
 from core.db_executor import db_call, db_read, db_submit
 from core.errors import DomainError
-from deployments.selection import available_models, resolve_model
+from deployments.selection import Served, available_models, resolve_model
 from deployments.tokenizer import using_model
 from openai_api import formats
 from openai_api.errors import OpenAIRequestError, error_response, from_domain_error, from_request_error
@@ -130,21 +130,38 @@ async def _collected(runs: Sequence[Run]) -> list[Completion]:
         raise
 
 
+async def read_body_and_model(
+    request: HttpRequest,
+    *,
+    resolve: Callable[[str], Served] = resolve_model,
+    check: Callable[[Any], object] | None = None,
+) -> tuple[Any, Served] | HttpResponse:
+    """The body of a ``/v1`` POST and the deployment its ``model`` names (``resolve``: a generation model by
+    default), or the error to answer: a malformed body or ``model`` (``check`` may refuse more of the body first,
+    raising ``OpenAIRequestError``), then an unknown model or one with no ready worker."""
+    try:
+        body = read_body(request)
+        model = model_param(body)
+        if check is not None:
+            check(body)
+    except OpenAIRequestError as exc:
+        return from_request_error(exc)
+    try:
+        return body, await db_read(resolve, model)
+    except DomainError as exc:
+        return _model_refused(exc)
+
+
 async def _create(
     request: HttpRequest, parse: Callable[[Any], Any], create: Callable[..., list[Run]]
 ) -> tuple[Any, list[Run]] | HttpResponse:
     user = await _authorized(request, "POST")
     if isinstance(user, HttpResponse):
         return user
-    try:
-        body = read_body(request)
-        model = model_param(body)
-    except OpenAIRequestError as exc:
-        return from_request_error(exc)
-    try:
-        served = await db_read(resolve_model, model)
-    except DomainError as exc:
-        return _model_refused(exc)
+    found = await read_body_and_model(request)
+    if isinstance(found, HttpResponse):
+        return found
+    body, served = found
     try:
         with using_model(served.local_path):  # its tokenizer checks token ids
             parsed = parse(body)

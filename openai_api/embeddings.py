@@ -18,16 +18,15 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from accounts.models import User
-from core.db_executor import db_call, db_read
+from core.db_executor import db_call
 from core.errors import DomainError
 from deployments.embeddings import Vector, embed_ids_async, embedding_spec, tokenize, tokenizer_of
 from deployments.models import DeploymentKind
 from deployments.selection import Served, resolve_model
 from generation.embedding_contract import pack_vector
-from openai_api.apis import _authorized, _model_refused
+from openai_api.apis import _authorized, read_body_and_model
 from openai_api.embedding_params import EmbeddingsRequest, parse_embeddings
 from openai_api.errors import OpenAIRequestError, from_domain_error, from_request_error
-from openai_api.requests import model_param, read_body
 from runs.embedding_quota import embedding_admit, embedding_settle
 
 
@@ -91,15 +90,10 @@ async def embeddings(request: HttpRequest) -> HttpResponse:
     user = await _authorized(request, "POST")
     if isinstance(user, HttpResponse):
         return user
-    try:
-        body = read_body(request)
-        model = model_param(body)
-    except OpenAIRequestError as exc:
-        return from_request_error(exc)
-    try:
-        served = await db_read(_resolve, model)
-    except DomainError as exc:
-        return _model_refused(exc)
+    found = await read_body_and_model(request, resolve=_resolve)
+    if isinstance(found, HttpResponse):
+        return found
+    body, served = found
     try:
         parsed = parse_embeddings(body, spec=embedding_spec(served), max_inputs=settings.EMBEDDINGS.max_inputs)
         inputs = token_inputs(parsed, served)

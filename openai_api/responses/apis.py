@@ -16,11 +16,9 @@ from django.views.decorators.csrf import csrf_exempt
 from accounts.models import User
 from core.db_executor import db_call, db_read
 from core.errors import DomainError
-from deployments.selection import resolve_model
 from deployments.tokenizer import using_model
-from openai_api.apis import _authorized, _bearer_user, _collected, _event_stream, _model_refused
+from openai_api.apis import _authorized, _bearer_user, _collected, _event_stream, read_body_and_model
 from openai_api.errors import OpenAIRequestError, error_response, from_domain_error, from_request_error
-from openai_api.requests import model_param, read_body
 from openai_api.responses import formats
 from openai_api.responses.models import ResponseRecord
 from openai_api.responses.requests import PreviousOutput, parse_response_create, previous_response_param
@@ -68,17 +66,11 @@ async def _previous(user: User, public_id: str | None) -> ResponseRecord | HttpR
 
 
 async def _create(request: HttpRequest, user: User) -> HttpResponseBase:
-    try:
-        body = read_body(request)
-        model = model_param(body)
-        previous_id = previous_response_param(body)
-    except OpenAIRequestError as exc:
-        return from_request_error(exc)
-    try:
-        served = await db_read(resolve_model, model)
-    except DomainError as exc:
-        return _model_refused(exc)
-    previous = await _previous(user, previous_id)
+    found = await read_body_and_model(request, check=previous_response_param)
+    if isinstance(found, HttpResponse):
+        return found
+    body, served = found
+    previous = await _previous(user, previous_response_param(body))
     if isinstance(previous, HttpResponse):
         return previous
     try:
