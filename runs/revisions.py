@@ -24,16 +24,11 @@ from generation.sampling import SamplingSpec
 from runs.models import ACTIVE_STATUSES, FinishReason, PromptMode, Revision, Run, RunStatus
 from runs.queueing import run_enqueue
 from runs.quota import quota_reserve
+from runs.services import run_in_progress_error
 
 CONTINUABLE = (FinishReason.LENGTH, FinishReason.CANCELLED)
 TEMPLATE_MARGIN_TOKENS = 32
 """Room left for the chat template's tokens around a continued answer when its ``max_tokens`` is fitted."""
-
-
-def _in_progress() -> ConflictError:
-    return ConflictError(
-        "This chat already has an answer in progress: wait for it or cancel it first.", code="run_in_progress"
-    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +48,7 @@ def _target(*, chat_id: int, user: User) -> _Target:
     if chat is None:
         raise Chat.DoesNotExist("No such chat, or it belongs to another user.")
     if Run.objects.filter(chat=chat, status__in=ACTIVE_STATUSES).exists():
-        raise _in_progress()
+        raise run_in_progress_error()
     last = (
         Message.objects.filter(chat=chat, superseded=False, role__in=[MessageRole.USER, MessageRole.ASSISTANT])
         .order_by("-id")
@@ -148,12 +143,12 @@ def _revise(target: _Target, *, user: User, revision: Revision) -> Run:
             if not Chat.objects.select_for_update().filter(pk=chat.pk).update(updated_at=timezone.now()):
                 raise Chat.DoesNotExist("No such chat, or it belongs to another user.")
             if Run.objects.filter(chat=chat, status__in=ACTIVE_STATUSES).exists():
-                raise _in_progress()
+                raise run_in_progress_error()
             run.save(force_insert=True)
             ticket.bind_on_commit(run, then=lambda: run_enqueue(run=run, limits=limits))
     except IntegrityError as exc:
         if "one_active_run_per_chat" in str(exc):
-            raise _in_progress() from exc
+            raise run_in_progress_error() from exc
         raise
     finally:
         ticket.release_unless_bound()

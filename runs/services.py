@@ -176,21 +176,22 @@ def _run_create(
             temperature_from_chat=sampling.temperature_from_chat,
         )
         if written.busy:
-            raise _run_in_progress()
+            raise run_in_progress_error()
         if written.run_id is None:
             raise Chat.DoesNotExist("No such chat, or it belongs to another user.")
         run.user_message = message
         ticket.bind_on_commit(run, then=lambda: run_enqueue(run=run, limits=limits))
     except IntegrityError as exc:
         if "one_active_run_per_chat" in str(exc):
-            raise _run_in_progress() from exc
+            raise run_in_progress_error() from exc
         raise
     finally:
         ticket.release_unless_bound()
     return run
 
 
-def _run_in_progress() -> ConflictError:
+def run_in_progress_error() -> ConflictError:
+    """The 409 for a second run of a chat while one is unfinished (a prompt, a regenerate, a continue)."""
     return ConflictError(
         "This chat already has an answer in progress: wait for it or cancel it first.", code="run_in_progress"
     )
