@@ -159,6 +159,12 @@ def live_stack_fixture(django_db_setup: None, django_db_blocker: object) -> Iter
     yield from run_live_stack(django_db_blocker, engine_env=SIMULATED_ENGINE_ENV)
 
 
+def web_argv(port: int) -> list[str]:
+    """One uvicorn web process of the project on loopback ``port``, quiet but for warnings."""
+    app = ["chatproject.asgi:application", "--host", "127.0.0.1", "--port", str(port)]
+    return [str(ROOT / ".venv" / "bin" / "uvicorn"), *app, "--log-level", "warning"]
+
+
 def run_live_stack(
     django_db_blocker: object,
     *,
@@ -184,20 +190,7 @@ def run_live_stack(
     port = _free_port()
     processes: dict[str, subprocess.Popen[bytes]] = {}
     try:
-        processes["web"] = _spawn(
-            "web",
-            [
-                str(ROOT / ".venv" / "bin" / "uvicorn"),
-                "chatproject.asgi:application",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--log-level",
-                "warning",
-            ],
-            env,
-        )
+        processes["web"] = _spawn("web", web_argv(port), env)
         # (process name, node-name suffix, environment) of each worker: the one, or those of ``workers``.
         worker_specs = (
             [("worker", "", env)]

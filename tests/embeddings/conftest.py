@@ -10,7 +10,7 @@ import pytest
 from bench.lib.processes import stop_process_group, wait_http
 from tests.deployment_helpers import mark_ready_worker
 from tests.embeddings.helpers import ensure_embedding_deployment
-from tests.live_stack import ROOT, LiveStack, _free_port, _spawn, _stack_env, _wait_log
+from tests.live_stack import ROOT, LiveStack, _free_port, _spawn, _stack_env, _wait_log, web_argv
 
 WORKER = "embed@tests"
 
@@ -27,20 +27,7 @@ def embedding_stack_fixture(django_db_setup: None, django_db_blocker: object) ->
     port = _free_port()
     processes = {}
     try:
-        processes["embed-web"] = _spawn(
-            "embed-web",
-            [
-                str(ROOT / ".venv" / "bin" / "uvicorn"),
-                "chatproject.asgi:application",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--log-level",
-                "warning",
-            ],
-            env,
-        )
+        processes["embed-web"] = _spawn("embed-web", web_argv(port), env)
         processes["embed-worker"] = _spawn(
             "embed-worker", [sys.executable, str(ROOT / "manage.py"), "run_embedding_worker", "--name", WORKER], env
         )
