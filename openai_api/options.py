@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.http.text import echo, text_problem
 from openai_api.errors import OpenAIRequestError
 from openai_api.params import MAX_USER_CHARS
 
@@ -48,7 +49,9 @@ class RequestOptions:
     safety_identifier: str = ""
 
 
-def _metadata(value: Any) -> dict[str, str]:
+def parse_metadata(value: Any) -> dict[str, str]:
+    """OpenAI's ``metadata`` (chat completions and responses) as OpenAI checks it; every key and value must also be
+    storable (``Run.metadata`` is Postgres ``jsonb``: no NUL, no lone surrogate)."""
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -64,23 +67,26 @@ def _metadata(value: Any) -> dict[str, str]:
     for key, item in value.items():
         if len(key) > MAX_METADATA_KEY:
             raise OpenAIRequestError(
-                f"'metadata' key '{key[:MAX_METADATA_KEY]}...' is {len(key)} characters long; keys are at most "
-                f"{MAX_METADATA_KEY}.",
+                f"'metadata' key {echo(key)} is {len(key)} characters long; keys are at most {MAX_METADATA_KEY}.",
                 param="metadata",
                 code="invalid_metadata",
             )
         if not isinstance(item, str):
             raise OpenAIRequestError(
-                f"'metadata.{key}' must be a string; got {type(item).__name__}.",
+                f"'metadata.{echo(key)}' must be a string; got {type(item).__name__}.",
                 param=f"metadata.{key}",
                 code="invalid_metadata",
             )
         if len(item) > MAX_METADATA_VALUE:
             raise OpenAIRequestError(
-                f"'metadata.{key}' is {len(item)} characters long; values are at most {MAX_METADATA_VALUE}.",
+                f"'metadata.{echo(key)}' is {len(item)} characters long; values are at most {MAX_METADATA_VALUE}.",
                 param=f"metadata.{key}",
                 code="invalid_metadata",
             )
+        for text, where in ((key, "metadata"), (item, f"metadata.{key}")):
+            problem = text_problem(text)
+            if problem is not None:
+                raise OpenAIRequestError(f"'{where}' {problem}", param=where, code="invalid_text")
     return dict(value)
 
 
@@ -115,7 +121,7 @@ def parse_options(body: dict[str, Any]) -> RequestOptions:
             f"'service_tier' must be one of {', '.join(OPENAI_SERVICE_TIERS)} or a tier's name.", param="service_tier"
         )
     return RequestOptions(
-        metadata=_metadata(body.get("metadata")),
+        metadata=parse_metadata(body.get("metadata")),
         store=bool(store),
         service_tier=tier,
         prompt_cache_key=_string(body, "prompt_cache_key", MAX_CACHE_KEY_CHARS),

@@ -250,7 +250,8 @@ def _turn(messages: list[Any], index: int) -> tuple[str, str]:
     return str(role), message_text(message.get("content"), f"{param}.content")
 
 
-def _flag(body: dict[str, Any], name: str, default: bool) -> bool:
+def bool_param(body: dict[str, Any], name: str, default: bool) -> bool:
+    """A boolean parameter (``default`` when absent or null); anything but true or false is a 400."""
     value = body.get(name)
     if value is None:
         return default
@@ -262,8 +263,8 @@ def _flag(body: dict[str, Any], name: str, default: bool) -> bool:
 def _continue_final(body: dict[str, Any]) -> bool:
     """vLLM's ``add_generation_prompt`` (default true: the answer is a new assistant turn) and
     ``continue_final_message`` (default false; true: the answer goes on from the last message's text)."""
-    generation_prompt = _flag(body, "add_generation_prompt", True)
-    continue_final = _flag(body, "continue_final_message", False)
+    generation_prompt = bool_param(body, "add_generation_prompt", True)
+    continue_final = bool_param(body, "continue_final_message", False)
     if continue_final and generation_prompt:
         # vLLM's words; body.get: only an explicit true is the clash (left out, the default gives way)
         if body.get("add_generation_prompt") is True:

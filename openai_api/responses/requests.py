@@ -19,12 +19,10 @@ from typing import Any
 
 from core.http.text import echo
 from openai_api.errors import OpenAIRequestError
-from openai_api.requests import ChatCompletionRequest, parse_chat_completion
+from openai_api.options import parse_metadata
+from openai_api.requests import ChatCompletionRequest, bool_param, parse_chat_completion
 from openai_api.responses.input_items import Translated, rename_message_paths, translate_input
 
-MAX_METADATA_PAIRS = 16
-MAX_METADATA_KEY = 64
-MAX_METADATA_VALUE = 512
 TRUNCATIONS = ("disabled", "auto")
 
 SUPPORTED = frozenset(
@@ -160,40 +158,6 @@ def previous_response_param(body: Any) -> str | None:
         return None
     if not isinstance(value, str) or not value:
         raise OpenAIRequestError("'previous_response_id' must be a response id string.", param="previous_response_id")
-    return value
-
-
-def _metadata(value: Any) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise OpenAIRequestError("'metadata' must be an object of string keys and string values.", param="metadata")
-    if len(value) > MAX_METADATA_PAIRS:
-        raise OpenAIRequestError(
-            f"'metadata' may hold at most {MAX_METADATA_PAIRS} pairs; got {len(value)}.", param="metadata"
-        )
-    for key, item in value.items():
-        if len(key) > MAX_METADATA_KEY:
-            raise OpenAIRequestError(
-                f"'metadata' keys are at most {MAX_METADATA_KEY} characters; {echo(key[:80])} has {len(key)}.",
-                param="metadata",
-            )
-        if not isinstance(item, str):
-            raise OpenAIRequestError(f"'metadata.{key}' must be a string; got {echo(item)}.", param=f"metadata.{key}")
-        if len(item) > MAX_METADATA_VALUE:
-            raise OpenAIRequestError(
-                f"'metadata.{key}' is {len(item)} characters long; values are at most {MAX_METADATA_VALUE}.",
-                param=f"metadata.{key}",
-            )
-    return dict(value)
-
-
-def _flag(body: dict[str, Any], name: str, default: bool) -> bool:
-    value = body.get(name)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise OpenAIRequestError(f"'{name}' must be true or false.", param=name)
     return value
 
 
@@ -383,8 +347,8 @@ def parse_response_create(body: Any, *, previous: PreviousOutput | None = None) 
     return ResponseRequest(
         chat=chat,
         echo=_echo(body, chat),
-        metadata=_metadata(body.get("metadata")),
-        store=_flag(body, "store", True),
+        metadata=parse_metadata(body.get("metadata")),
+        store=bool_param(body, "store", True),
         previous_response_id=body.get("previous_response_id"),
         truncation=truncation,
         input=body["input"],

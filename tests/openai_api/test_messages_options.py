@@ -77,6 +77,8 @@ def test_an_assistant_message_last_is_a_new_turn_or_continued() -> None:
         ({"metadata": {"k" * 65: "v"}}, "metadata", "invalid_metadata"),
         ({"metadata": {"k": "v" * 513}}, "metadata.k", "invalid_metadata"),
         ({"metadata": {"k": 1}}, "metadata.k", "invalid_metadata"),
+        ({"metadata": {"k": "a\x00"}}, "metadata.k", "invalid_text"),  # jsonb holds no NUL: was a 500
+        ({"metadata": {"\ud800": "v"}}, "metadata", "invalid_text"),
         ({"service_tier": 3}, "service_tier", None),
         ({"prompt_cache_key": "k" * 257}, "prompt_cache_key", None),
         ({"safety_identifier": 7}, "safety_identifier", None),

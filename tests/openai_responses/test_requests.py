@@ -103,6 +103,7 @@ def test_metadata_is_checked_like_openai() -> None:
     assert refusal(metadata={"k" * 65: "v"}).param == "metadata"
     assert refusal(metadata={"k": "v" * 513}).param == "metadata.k"
     assert refusal(metadata={"k": 1}).param == "metadata.k"
+    assert refusal(metadata={"k": "\x00"}).param == "metadata.k"  # Run.metadata is jsonb: no NUL
 
 
 @pytest.mark.parametrize(
