@@ -18,6 +18,13 @@ UNSET: Final = _Unset()
 """A setting left as it is (None is a value for ``temperature``: the default)."""
 
 
+def title_from_text(text: str) -> str:
+    """A chat's title from its first prompt: the first non-blank line, at most 80 characters, without NUL (a title is
+    plain text; only message contents store NUL, ``core.nul_text``)."""
+    lines = text.replace("\x00", "").strip().splitlines()
+    return lines[0][:80] if lines else ""
+
+
 def chat_create(*, user: User, title: str = "", model: str = "") -> Chat:
     """A new chat; ``model`` must name a served model (``deployments.selection.check_model``: 400/404 first)."""
     return Chat.objects.create(owner=user, title=title, model=check_model(model))

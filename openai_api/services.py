@@ -17,6 +17,7 @@ from django.db import transaction
 
 from accounts.models import Tier, User
 from chats.models import Chat, ChatOrigin, Message, MessageRole
+from chats.services import title_from_text
 from deployments.selection import Served
 from deployments.tokenizer import count_tokens
 from generation.sampling import SamplingSpec
@@ -31,11 +32,6 @@ from runs.services import SamplingRequest, run_cancel, run_create
 
 def _choice_spec(spec: SamplingSpec, index: int) -> SamplingSpec:
     return spec if index == 0 or spec.seed is None else spec.with_seed(spec.seed + index)
-
-
-def _title(text: str) -> str:
-    lines = text.replace("\x00", "").strip().splitlines()  # a title is plain text: no NUL (core.nul_text)
-    return lines[0][:80] if lines else ""
 
 
 def _check_message_count(*, tier: Tier, count: int) -> None:
@@ -65,7 +61,7 @@ def chat_completion_create(*, user: User, request: ChatCompletionRequest, deploy
     with transaction.atomic():
         for index in range(sampling.n):
             chat = Chat.objects.create(
-                owner=user, title=_title(request.prompt), origin=ChatOrigin.API, last_worker=worker
+                owner=user, title=title_from_text(request.prompt), origin=ChatOrigin.API, last_worker=worker
             )
             Message.objects.bulk_create(  # in order: ids follow the conversation
                 Message(chat=chat, role=role, content=content, token_count=tokens)
@@ -99,7 +95,7 @@ def text_completion_create(*, user: User, request: CompletionRequest, deployment
     with transaction.atomic():
         for prompt in request.prompts:
             for index in range(sampling.n):
-                chat = Chat.objects.create(owner=user, title=_title(prompt), origin=ChatOrigin.API)
+                chat = Chat.objects.create(owner=user, title=title_from_text(prompt), origin=ChatOrigin.API)
                 runs.append(
                     run_create(
                         chat_id=chat.pk,

@@ -16,6 +16,7 @@ from accounts.limits import EffectiveLimits, user_limits
 from accounts.models import Tier, User
 from chats.context import message_fit_check
 from chats.models import Chat, Message, MessageRole
+from chats.services import title_from_text
 from core.errors import ConflictError, DomainError
 from deployments.selection import Served, resolve_model
 from deployments.tokenizer import using_model
@@ -164,12 +165,11 @@ def _run_create(
         store=store,
         prompt_cache_key=prompt_cache_key,
     )
-    lines = content.replace("\x00", "").strip().splitlines()  # the title column holds no NUL (core.nul_text)
     try:
         written = prompt_insert(
             chat_id=chat_id,
             owner_id=user.pk,
-            title=lines[0][:80] if lines else "",
+            title=title_from_text(content),
             message=message,
             run=run,
             model=chat_model,

@@ -25,6 +25,7 @@ from accounts.limits import user_limits
 from accounts.models import User
 from chats.context import prompt_budget, rendered_token_count
 from chats.models import Chat, ChatOrigin, Message, MessageRole
+from chats.services import title_from_text
 from core.errors import DomainError
 from deployments.selection import Served
 from deployments.tokenizer import count_tokens
@@ -51,11 +52,6 @@ def input_items_of(public_id: str, value: str | list[Any]) -> list[dict[str, Any
         prefix = {"message": "msg", "function_call": "fc", "function_call_output": "fco"}.get(kind, "item")
         items.append({"id": f"{prefix}_{suffix}{index:04x}", **item, "type": kind})
     return items
-
-
-def _title(text: str) -> str:
-    lines = text.strip().splitlines()
-    return lines[0][:80] if lines else ""
 
 
 def _conversation(previous: ResponseRecord | None, request: ResponseRequest) -> list[tuple[str, str, int | None]]:
@@ -116,7 +112,7 @@ def response_create(
     if request.truncation == "disabled":
         _check_fits(user=user, request=request, turns=turns)
     with transaction.atomic():
-        chat = Chat.objects.create(owner=user, title=_title(chat_request.prompt), origin=ChatOrigin.API)
+        chat = Chat.objects.create(owner=user, title=title_from_text(chat_request.prompt), origin=ChatOrigin.API)
         Message.objects.bulk_create(  # in order: ids follow the conversation
             Message(chat=chat, role=role, content=content, token_count=count_tokens(content) if n is None else n)
             for role, content, n in turns

@@ -10,6 +10,7 @@ from rest_framework.test import APIClient
 
 from accounts.models import User
 from chats.models import Chat, Message, MessageRole
+from chats.services import title_from_text
 from core.nul_text import ESCAPE, nul_escape, nul_unescape
 from runs.models import Run
 from tests.factories import ChatFactory
@@ -56,3 +57,10 @@ def test_an_answer_and_a_summary_with_nul_round_trip(user: User) -> None:
     Message.objects.filter(pk=answer.pk).update(content="x\x00y")
     assert list(Message.objects.filter(pk=answer.pk).values_list("content", flat=True)) == ["x\x00y"]
     assert Chat.objects.get(pk=chat.pk).summary == "s\x00"
+
+
+def test_a_title_is_the_first_line_without_nul() -> None:
+    """Every chat title (a prompt on /api, a /v1 call, a response) comes from here: its column holds no NUL."""
+    assert title_from_text("\n  a\x00b\nsecond") == "ab"
+    assert title_from_text("x" * 100) == "x" * 80
+    assert title_from_text("\x00 \n") == ""
