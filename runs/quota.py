@@ -26,7 +26,7 @@ from django.db import transaction
 
 from accounts.limits import EffectiveLimits, usage_record, user_limits
 from accounts.models import User
-from core.errors import DomainError, TooManyRequestsError
+from core.errors import REDIS_OUTAGE_ERRORS, DomainError, TooManyRequestsError
 from core.redis_client import get_redis
 from runs.counters import record_admitted, record_refused, record_run_end
 from runs.lifecycle_log import RunStep, log_run_step, log_step
@@ -124,13 +124,15 @@ def quota_reserve(*, user: User, limits: EffectiveLimits, input_tokens: int, max
     cost = input_tokens + max_tokens
     try:
         decision = get_token_buckets().admit(user_id=user.pk, tier=limits.tier, cost=cost, limits=bucket_limits(limits))
-    except redis.RedisError as exc:
+    except REDIS_OUTAGE_ERRORS:
+        raise  # Redis not answering: BackendOutageMiddleware's 503, with the configured Retry-After
+    except redis.RedisError as exc:  # Redis answered with an error (a script refused, out of memory)
         logger.exception("admission unavailable")
         raise DomainError(
-            "The service is temporarily unavailable (admission cannot reach Redis); retry shortly.",
+            "The service is temporarily unavailable (admission failed in Redis); retry shortly.",
             code="unavailable",
             status_code=503,
-            headers={"Retry-After": "5"},
+            headers={"Retry-After": str(settings.OUTAGES.retry_after_s)},
         ) from exc
     if decision.admitted:
         return QuotaTicket(

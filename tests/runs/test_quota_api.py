@@ -6,6 +6,7 @@ import json
 
 import pytest
 import redis
+from django.conf import settings
 from rest_framework.test import APIClient
 
 from accounts.limits import user_limits
@@ -70,6 +71,27 @@ def test_a_prompt_bigger_than_the_bucket_is_a_400(api: APIClient, user: User) ->
     status, body, _ = post(api, user, max_tokens=100)
     assert status == 400 and body["error"]["code"] == "prompt_too_large"
     assert Run.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "code"),
+    [(redis.TimeoutError("paused"), 503, "redis_unavailable"), (redis.ResponseError("OOM"), 503, "unavailable")],
+)
+def test_admission_that_fails_in_redis_is_a_503_with_the_configured_retry_and_writes_nothing(
+    api: APIClient, user: User, monkeypatch: pytest.MonkeyPatch, error: redis.RedisError, status: int, code: str
+) -> None:
+    """Redis not answering during admission is the outage answer every endpoint gives (its code, the configured
+    ``Retry-After``); Redis answering with an error is a 503 of admission's own, with the same ``Retry-After``."""
+
+    def admit(**_: object) -> None:
+        raise error
+
+    monkeypatch.setattr(get_token_buckets(), "admit", admit)
+    messages = Message.objects.count()
+    got, body, headers = post(api, user)
+    assert (got, body["error"]["code"]) == (status, code)
+    assert headers["Retry-After"] == str(settings.OUTAGES.retry_after_s)
+    assert (Message.objects.count(), Run.objects.count()) == (messages, 0)
 
 
 def test_a_refused_transaction_gives_the_reservation_back(api: APIClient, user: User) -> None:
