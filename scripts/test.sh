@@ -19,4 +19,6 @@ if [ "${TEST_LANE:-}" = fast ]; then
 fi
 # The browser tests (tests/ui) drive Debian's headless Chromium; installs it once when missing.
 bash scripts/browser.sh
+# The client-library test runs litellm, instructor and llama-index from their own environment.
+bash scripts/clients-venv.sh
 exec .venv/bin/pytest --create-db "$@"

@@ -27,8 +27,9 @@ FEEDS = {
     "engine-cpu.txt": ("cpu.txt",),
     "engine-gpu.txt": ("gpu.txt",),
     "model.txt": ("cpu.txt", "gpu.txt"),
+    "clients.txt": ("clients.txt",),
 }
-HASHED = ("cpu.txt", "gpu.txt", "dev.txt")
+HASHED = ("cpu.txt", "gpu.txt", "dev.txt", "clients.txt")
 UNHASHED = ("cpu-torch.txt",)
 
 PIN = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[A-Za-z0-9.+!_-]+)(?: ; (?P<marker>[^\\]+?))?")
