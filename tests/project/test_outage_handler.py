@@ -16,7 +16,10 @@ from django.test import AsyncClient, Client
 
 pytestmark = pytest.mark.django_db
 
-OUTAGES = [(OperationalError("connection refused"), "database_unavailable"), (redis.ConnectionError(), "redis_unavailable")]
+OUTAGES = [
+    (OperationalError("connection refused"), "database_unavailable"),
+    (redis.ConnectionError(), "redis_unavailable"),
+]
 
 
 def failing_after_the_view(monkeypatch: pytest.MonkeyPatch, error: Exception) -> None:
