@@ -21,4 +21,6 @@ fi
 bash scripts/browser.sh
 # The client-library test runs litellm, instructor and llama-index from their own environment.
 bash scripts/clients-venv.sh
+# The balancer test puts two web processes behind HAProxy (Debian's package); installs it once when missing.
+bash scripts/balancer.sh
 exec .venv/bin/pytest --create-db "$@"

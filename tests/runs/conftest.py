@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from typing import Any, cast
 
@@ -13,50 +11,22 @@ from rest_framework.authtoken.models import Token
 from accounts.models import User
 from bench.lib.processes import child_env, free_port, wait_http
 from tests.factories import UserFactory
-from tests.runs.stream_helpers import LOGS, ROOT
+from tests.runs.stream_helpers import LOGS, start_web, stop_all
 
 
 @pytest.fixture(scope="module")
 def web(django_db_setup: None, django_db_blocker: Any) -> Iterator[tuple[str, str]]:
     """Two uvicorn processes on the test database and the test Redis db; yields their base URLs."""
     env = child_env(STREAM_STATUS_POLL_S="0.2", STREAM_KEEPALIVE_S="1", LOG_LEVEL="WARNING")
-    LOGS.mkdir(parents=True, exist_ok=True)
     ports = (free_port(), free_port())
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "chatproject.asgi:application",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--no-access-log",
-                "--timeout-graceful-shutdown",
-                "2",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=(LOGS / f"web-{port}.log").open("wb"),
-            stderr=subprocess.STDOUT,
-        )
-        for port in ports
-    ]
+    procs = [start_web(port, env) for port in ports]
     urls = tuple(f"http://127.0.0.1:{port}" for port in ports)
     try:
         for url, proc in zip(urls, procs, strict=True):
             wait_http(f"{url}/healthz", proc, timeout_s=60, what=f"uvicorn (logs: {LOGS})")
         yield urls[0], urls[1]
     finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_all(procs)
 
 
 @pytest.fixture

@@ -8,8 +8,11 @@ the ``web`` fixture (``tests/runs/conftest.py``).
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -38,6 +41,30 @@ class SseEvent:
     id: int | None
 
 
+def iter_events(resp: httpx.Response, *, deadline: float) -> Iterator[SseEvent]:
+    """The events of an open ``text/event-stream`` response as they arrive (comments skipped), until it ends."""
+    import json
+
+    fields: dict[str, str] = {}
+    for line in resp.iter_lines():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{resp.url}: no end in time")
+        if line == "":
+            if "event" in fields:
+                yield SseEvent(
+                    event=fields["event"],
+                    data=json.loads(fields.get("data") or "{}"),
+                    id=int(fields["id"]) if "id" in fields else None,
+                )
+            fields = {}
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        fields[name] = fields[name] + "\n" + value if name in fields and name == "data" else value
+
+
 def read_events(
     url: str,
     *,
@@ -48,8 +75,6 @@ def read_events(
     timeout: float = 20.0,
 ) -> tuple[int, list[SseEvent]]:
     """Reads a stream until it ends (or ``stop_after`` events, then hangs up). Returns (status, events)."""
-    import json
-
     headers = dict(headers)
     if last_event_id is not None:
         headers["Last-Event-ID"] = str(last_event_id)
@@ -60,28 +85,10 @@ def read_events(
             return resp.status_code, events
         assert resp.headers["content-type"].startswith("text/event-stream")
         assert resp.headers["x-request-id"]  # the stream route goes through the request-id middleware too
-        fields: dict[str, str] = {}
-        for line in resp.iter_lines():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{url}: no end after {timeout} s; got {[e.event for e in events]}")
-            if line == "":
-                if "event" in fields:
-                    events.append(
-                        SseEvent(
-                            event=fields["event"],
-                            data=json.loads(fields.get("data") or "{}"),
-                            id=int(fields["id"]) if "id" in fields else None,
-                        )
-                    )
-                    if stop_after is not None and len(events) >= stop_after:
-                        break
-                fields = {}
-                continue
-            if line.startswith(":"):
-                continue
-            name, _, value = line.partition(":")
-            value = value[1:] if value.startswith(" ") else value
-            fields[name] = fields[name] + "\n" + value if name in fields and name == "data" else value
+        for event in iter_events(resp, deadline=deadline):
+            events.append(event)
+            if stop_after is not None and len(events) >= stop_after:
+                break
     return 200, events
 
 
@@ -158,6 +165,29 @@ def in_thread(target: Any, *args: Any, **kwargs: Any) -> threading.Thread:
             connection.close()
 
     return threading.Thread(target=body)
+
+
+def start_web(port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """A uvicorn web process of the project on ``port`` (its log in :data:`LOGS`)."""
+    LOGS.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "uvicorn", "chatproject.asgi:application", "--host", "127.0.0.1", "--port", str(port)]
+    return subprocess.Popen(
+        [*argv, "--no-access-log", "--timeout-graceful-shutdown", "2"],
+        cwd=ROOT,
+        env=env,
+        stdout=(LOGS / f"web-{port}.log").open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+
+
+def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def make_run(owner: User) -> Run:
