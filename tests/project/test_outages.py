@@ -28,7 +28,10 @@ from rest_framework.authtoken.models import Token
 from bench.lib.processes import free_port, web_process
 from bench.lib.url_sweep import body_for, fill, sweep_requests
 from chats.models import MessageRole
+from deployments.models import ModelDeployment
+from generation.worker_contract import deployment_ready_key
 from runs.models import RunStatus
+from tests.deployment_helpers import TEST_WORKER
 from tests.factories import ChatFactory, MessageFactory, RunFactory, UserFactory
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
@@ -115,8 +118,8 @@ def assert_outage_answers(answers: dict[tuple[str, str], httpx.Response], *, nee
     assert wrong == {}, f"5xx other than 503: {wrong}"
     for key in needs:
         answer = answers[key]
-        assert answer.status_code == 503, f"{key}: {answer.status_code}"
-        assert answer.headers.get("Retry-After") == RETRY_AFTER, key
+        assert answer.status_code == 503, (key, answer.status_code, answer.text)
+        assert answer.headers.get("Retry-After") == RETRY_AFTER, (key, answer.text)
         error = answer.json()["error"]
         assert "not answering" in error["message"], key
         if key[1].startswith("/v1/"):
@@ -133,6 +136,10 @@ def test_redis_paused_then_stopped_is_503_everywhere(own_redis: tuple[int, subpr
     rows = user_with_rows()
     url = f"redis://127.0.0.1:{port}"
     env = {**OUTAGE_ENV, "REDIS_URL": f"{url}/0", "CELERY_BROKER_URL": f"{url}/1", "LOG_LEVEL": "WARNING"}
+    # The default model has a ready worker (its heartbeat's marker, in this Redis), so a prompt reaches admission;
+    # without one the web process would answer "no ready worker" from its cached count, never asking Redis.
+    default = ModelDeployment.objects.get(is_default=True)
+    redis.Redis(port=port).zadd(deployment_ready_key(default.key), {TEST_WORKER: time.time() + 3600})
     with web_process(log=LOGS / "outage-redis-web.log", **env) as base_url:
         httpx.get(f"{base_url}/api/models", headers={"Authorization": f"Token {rows['token']}"}, timeout=60)
         # Every client's commands wait, the pausing one's too (so no UNPAUSE): a stalled server for PAUSE_MS.
