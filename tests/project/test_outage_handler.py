@@ -4,6 +4,7 @@ one (asgiref runs it inside the ``except`` that caught it), and answers as ``Bac
 
 from __future__ import annotations
 
+import contextvars
 from typing import Any
 
 import pytest
@@ -13,6 +14,8 @@ from django.conf import settings
 from django.contrib.sessions.middleware import SessionMiddleware
 from django.db import OperationalError
 from django.test import AsyncClient, Client
+
+from core.request_id import current_request_id
 
 pytestmark = pytest.mark.django_db
 
@@ -40,10 +43,17 @@ def test_wsgi_path(monkeypatch: pytest.MonkeyPatch, error: Exception, code: str)
 @pytest.mark.parametrize(("error", "code"), OUTAGES)
 def test_asgi_path(monkeypatch: pytest.MonkeyPatch, error: Exception, code: str) -> None:
     failing_after_the_view(monkeypatch, error)
-    get = async_to_sync(AsyncClient(raise_request_exception=False).get)
+    client_get = async_to_sync(AsyncClient(raise_request_exception=False).get)
+
+    def get(path: str) -> Any:
+        # In a context of its own: async_to_sync copies the coroutine's context changes back to this thread, and the
+        # request-id middleware's async path leaves its id set (under uvicorn each request is a task of its own).
+        return contextvars.copy_context().run(client_get, path)
+
     answer = get("/v1/models")
     assert answer.status_code == 503 and answer["Retry-After"] == str(settings.OUTAGES.retry_after_s)
     assert answer.json()["error"]["code"] == code
     assert answer.json()["error"]["type"] == "server_error"  # OpenAI's shape under /v1
     page = get("/healthz")
     assert page.status_code == 503 and "not answering" in page.content.decode()
+    assert current_request_id() == ""  # the ASGI requests' ids stayed in their own context
