@@ -254,6 +254,7 @@ async def _chat_chunks(runs: list[Run], parsed: ChatCompletionRequest, *, model:
                 tools.function_name,
                 parallel_tool_calls=tools.parallel_tool_calls,
                 names=[t["function"]["name"] for t in tools.tools],
+                call_format=tools.call_format,
             )
             for _ in runs
         ]

@@ -224,9 +224,22 @@ def _sampling(
     return params
 
 
+def tool_call_parser() -> str:
+    """The declared tool-call parser (``ENGINE_TOOL_CALL_PARSER``): the form of an "auto" call and of past calls in
+    the history.
+
+    Process-wide, not per deployment: a deployment's ``engine_args`` are vLLM ``AsyncEngineArgs`` fields, passed to
+    the engine as they are (``deployments.registration.validate_engine_args``), and vLLM's ``tool_call_parser`` is
+    an option of its API server, not of the engine, so it has no place there; carrying one per deployment would
+    take a column of its own. Every generation deployment behind this server therefore gets the same form. That
+    is safe for any model, since the grammar forces the form (``openai_api.tools.hermes``); only a model whose
+    template teaches another form writes calls in one it was not trained on."""
+    return settings.ENGINE.tool_call_parser
+
+
 def _tools(body: dict[str, Any]) -> ToolRequest:
     try:
-        return parse_tools(body, tool_call_parser=settings.ENGINE.tool_call_parser)
+        return parse_tools(body, tool_call_parser=tool_call_parser())
     except SamplingError as exc:
         raise OpenAIRequestError(exc.message, param=exc.param) from None
 
@@ -235,7 +248,7 @@ def _turn(messages: list[Any], index: int) -> tuple[str, str]:
     """``(role, content)`` as stored of a user/assistant/tool message."""
     param = f"messages[{index}]"
     try:
-        tool = tool_turn(messages, index)
+        tool = tool_turn(messages, index, call_format=tool_call_parser())
     except SamplingError as exc:
         raise OpenAIRequestError(exc.message, param=exc.param) from None
     if tool is not None:

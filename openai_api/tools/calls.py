@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from openai_api.tools.grammar import starts_a_call
+from openai_api.tools.hermes import HERMES, hermes_calls
 from openai_api.tools.parsing import ToolMode, ToolRequest
 from openai_api.tools.scan import partial_calls
 
@@ -47,20 +48,25 @@ def _array_calls(text: str, names: Sequence[str]) -> list[dict[str, Any]]:
 
 
 def tool_calls_from_text(
-    mode: ToolMode, tool_name: str | None, text: str, *, names: Sequence[str] = ()
+    mode: ToolMode, tool_name: str | None, text: str, *, names: Sequence[str] = (), call_format: str = ""
 ) -> list[dict[str, Any]]:
     """OpenAI ``message.tool_calls`` of a finished answer (empty list: no call).
 
     Named: one call whose ``arguments`` is the answer as generated (nothing when it is blank). Required (and an
     "auto" answer that starts a call): one call per ``{name, parameters}`` item of the array; an array cut short
     gives its calls as far as they go (``names``: the declared tools, to name a call cut inside its name). Other
-    modes, and an "auto" text answer: no calls.
+    modes, and an "auto" text answer: no calls. ``call_format`` ``hermes``: an "auto" call is ``<tool_call>`` blocks
+    (:mod:`openai_api.tools.hermes`) instead of the array.
     """
     if mode is ToolMode.NAMED:
         if tool_name is None:
             raise ValueError("a named tool choice needs its tool_name")
         return [_call(tool_name, text)] if text.strip() else []
-    if mode is ToolMode.REQUIRED or (mode is ToolMode.AUTO and starts_a_call(text)):
+    if mode is ToolMode.AUTO and not starts_a_call(text, call_format):
+        return []
+    if mode is ToolMode.AUTO and call_format == HERMES:
+        return [_call(call.name, call.arguments) for call in hermes_calls(text, names)]
+    if mode in (ToolMode.REQUIRED, ToolMode.AUTO):
         return _array_calls(text, names)
     return []
 
@@ -78,15 +84,18 @@ class ToolOutput:
 
 
 def parse_tool_output(tools: ToolRequest, text: str) -> ToolOutput:
-    """Text or calls: a named or "required" answer, or an "auto" answer that chose a call (it starts with ``[``), is
-    a call even when cut short (content None; no call at all only when the text ends before any call's name is known,
-    or a named answer is blank); anything else is the text as it is. ``parallel_tool_calls: false`` keeps one call
-    (the grammar allows only one already; this guards a stop string or a client-built text)."""
+    """Text or calls: a named or "required" answer, or an "auto" answer that chose a call (it starts with ``[``, or
+    ``<`` in the hermes format), is a call even when cut short (content None; no call at all only when the text ends
+    before any call's name is known, or a named answer is blank); anything else is the text as it is.
+    ``parallel_tool_calls: false`` keeps one call (the grammar allows only one already; this guards a stop string or a
+    client-built text)."""
     names = [t["function"]["name"] for t in tools.tools]
-    is_call = tools.mode in (ToolMode.NAMED, ToolMode.REQUIRED) or (tools.mode is ToolMode.AUTO and starts_a_call(text))
+    is_call = tools.mode in (ToolMode.NAMED, ToolMode.REQUIRED) or (
+        tools.mode is ToolMode.AUTO and starts_a_call(text, tools.call_format)
+    )
     if not is_call:
         return ToolOutput(content=text)
-    calls = tool_calls_from_text(tools.mode, tools.function_name, text, names=names)
+    calls = tool_calls_from_text(tools.mode, tools.function_name, text, names=names, call_format=tools.call_format)
     if tools.mode is ToolMode.NAMED and not calls:
         return ToolOutput(content=text)  # a blank answer: no arguments to call with
     return ToolOutput(content=None, tool_calls=calls[:1] if not tools.parallel_tool_calls else calls)

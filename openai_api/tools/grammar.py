@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from openai_api.tools.hermes import HERMES, starts_a_hermes_call
+
 CALL_START = "["
 """The first character of a call; no text answer starts with it."""
 TEXT_RULE = r"/[^\[](.|\n)*/"
@@ -36,6 +38,9 @@ def auto_tools_grammar(calls_schema: dict[str, Any], answer_schema: dict[str, An
     return "\n".join(lines) + "\n"
 
 
-def starts_a_call(text: str) -> bool:
-    """Whether an "auto" answer (finished or still growing) is the call branch of :func:`auto_tools_grammar`."""
+def starts_a_call(text: str, call_format: str = "") -> bool:
+    """Whether an "auto" answer (finished or still growing) is the call branch of :func:`auto_tools_grammar`, or of
+    :func:`openai_api.tools.hermes.hermes_auto_grammar` when ``call_format`` is ``hermes``."""
+    if call_format == HERMES:
+        return starts_a_hermes_call(text)
     return text.startswith(CALL_START)

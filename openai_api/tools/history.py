@@ -1,6 +1,7 @@
 """Tool turns in the conversation: assistant ``tool_calls`` messages and ``tool`` messages, checked by
 :func:`tool_turn` and stored as plain (role, content) messages: the calls as the "required" array text (the way
-this server has the model write calls), the result as a ``tool`` message."""
+this server has the model write calls; ``<tool_call>`` blocks on a deployment that declares the hermes parser), the
+result as a ``tool`` message."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from core.http.text import echo, text_problem
 from generation.sampling import SamplingError
+from openai_api.tools.hermes import HERMES, render_hermes_calls
 
 
 def _fail(message: str, param: str) -> SamplingError:
@@ -100,14 +102,16 @@ def _answered_call_ids(messages: Sequence[Any], index: int) -> set[str] | None:
     return None
 
 
-def tool_turn(messages: Sequence[Any], index: int) -> tuple[str, str] | None:
+def tool_turn(messages: Sequence[Any], index: int, *, call_format: str = "") -> tuple[str, str] | None:
     """The stored ``(role, content)`` of ``messages[index]`` when it is an assistant message with ``tool_calls`` or a
     ``tool`` message; None for any other message (the caller parses those as before).
 
     Assistant: ``content`` may be null; the calls are stored as the "required" array text
     ``[{"name": ..., "parameters": {...}}]`` after the content (if any), so the history reads the way this server
-    has the model write calls. Tool: ``tool_call_id`` must answer a call of the assistant message just before
-    (only other ``tool`` messages between), ``content`` is the result; stored with role ``tool``.
+    has the model write calls; with ``call_format`` ``hermes`` (the declared tool-call parser) as ``<tool_call>``
+    blocks instead (:func:`openai_api.tools.hermes.render_hermes_calls`), the model's own form. Tool:
+    ``tool_call_id`` must answer a call of the assistant message just before (only other ``tool`` messages between),
+    ``content`` is the result; stored with role ``tool``.
     Raises :class:`SamplingError` naming ``messages[i]...``. The caller checks the content's length.
     """
     message = messages[index]
@@ -122,7 +126,10 @@ def tool_turn(messages: Sequence[Any], index: int) -> tuple[str, str] | None:
             if text is None:
                 raise _fail(f"'{param}.content' is required unless the message has 'tool_calls'.", f"{param}.content")
             return "assistant", text
-        rendered = json.dumps([{"name": n, "parameters": p} for _, n, p in calls], ensure_ascii=False)
+        if call_format == HERMES:
+            rendered = render_hermes_calls([(name, arguments) for _, name, arguments in calls])
+        else:
+            rendered = json.dumps([{"name": n, "parameters": p} for _, n, p in calls], ensure_ascii=False)
         return "assistant", f"{text}\n{rendered}" if text and text.strip() else rendered
     if role == "tool":
         call_id = message.get("tool_call_id")

@@ -18,10 +18,12 @@ from core.http.text import echo
 from generation.sampling import SamplingError
 from generation.structured_outputs import SCHEMA_NAME, check_compiles, check_storable, structured_from_request
 from openai_api.tools.grammar import auto_tools_grammar
+from openai_api.tools.hermes import HERMES, hermes_auto_grammar
 
-SUPPORTED_TOOL_CALL_PARSERS: frozenset[str] = frozenset()
-"""vLLM tool-call parsers this server can run for ``tool_choice: "auto"`` (the model's own call format): none yet;
-"auto" is served by the grammar of :mod:`openai_api.tools.grammar` instead (see the package docstring)."""
+SUPPORTED_TOOL_CALL_PARSERS: frozenset[str] = frozenset({HERMES})
+"""vLLM tool-call parsers whose call format this server can serve ``tool_choice: "auto"`` in (the model's own,
+:mod:`openai_api.tools.hermes`); without one, "auto" is served in the array format of
+:mod:`openai_api.tools.grammar` (see the package docstring)."""
 EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
 """vLLM's ``_params_or_empty_object``: a tool without parameters still takes a JSON object."""
 FUNCTION_KEYS = frozenset({"name", "description", "parameters", "strict"})
@@ -52,6 +54,9 @@ class ToolRequest:
     calls_schema: dict[str, Any] | None = None
     """Auto: the schema of the call branch (:func:`required_tools_schema`), to rebuild the grammar with a
     ``response_format`` object as the other branch."""
+    call_format: str = ""
+    """Auto: the form of a call, ``""`` (the JSON array of :mod:`openai_api.tools.grammar`) or ``hermes``
+    (:mod:`openai_api.tools.hermes`, on a deployment that declares that parser)."""
 
 
 def _fail(message: str, param: str) -> SamplingError:
@@ -146,6 +151,19 @@ def required_tools_schema(tools: Sequence[dict[str, Any]], *, parallel_tool_call
     return schema
 
 
+def auto_grammar(
+    calls_schema: dict[str, Any],
+    call_format: str,
+    *,
+    parallel_tool_calls: bool,
+    answer_schema: dict[str, Any] | None = None,
+) -> str:
+    """The grammar of an "auto" answer with calls in ``call_format`` (``""``: the JSON array; ``hermes``)."""
+    if call_format == HERMES:
+        return hermes_auto_grammar(calls_schema, parallel_tool_calls=parallel_tool_calls, answer_schema=answer_schema)
+    return auto_tools_grammar(calls_schema, answer_schema)
+
+
 def _named_choice(choice: dict[str, Any], names: Sequence[str]) -> str:
     if choice.get("type", "function") != "function":
         raise _fail(f"'tool_choice.type' must be 'function'. {NAMED_CHOICE_USAGE}", "tool_choice.type")
@@ -197,15 +215,16 @@ def parse_tools(body: dict[str, Any], *, tool_call_parser: str = "") -> ToolRequ
     if choice == "none":
         return ToolRequest(tools=tools, mode=ToolMode.NONE, parallel_tool_calls=parallel_tool_calls)
     if choice == "auto":
-        if tool_call_parser:
+        if tool_call_parser and tool_call_parser not in SUPPORTED_TOOL_CALL_PARSERS:
             raise _fail(
-                f"This deployment declares the tool-call parser {tool_call_parser!r} (ENGINE_TOOL_CALL_PARSER), which "
-                "this server does not run yet; unset it to serve tool_choice 'auto' with this server's grammar (the "
-                "model answers in text or with a JSON array of calls), or use 'required' or a named function.",
+                f"This deployment declares the tool-call parser {tool_call_parser!r} (ENGINE_TOOL_CALL_PARSER), whose "
+                f"call format this server does not serve (it serves {sorted(SUPPORTED_TOOL_CALL_PARSERS)}); unset it "
+                "to serve tool_choice 'auto' with this server's grammar (the model answers in text or with a JSON "
+                "array of calls), or use 'required' or a named function.",
                 "tool_choice",
             )
         calls = required_tools_schema(tools, parallel_tool_calls=parallel_tool_calls)
-        grammar = auto_tools_grammar(calls)
+        grammar = auto_grammar(calls, tool_call_parser, parallel_tool_calls=parallel_tool_calls)
         check_compiles({"grammar": grammar}, param="tools")
         return ToolRequest(
             tools=tools,
@@ -213,6 +232,7 @@ def parse_tools(body: dict[str, Any], *, tool_call_parser: str = "") -> ToolRequ
             parallel_tool_calls=parallel_tool_calls,
             structured={"grammar": grammar},
             calls_schema=calls,
+            call_format=tool_call_parser,
         )
     if choice == "required":
         schema = required_tools_schema(tools, parallel_tool_calls=parallel_tool_calls)
@@ -277,6 +297,8 @@ def _auto_structured(body: dict[str, Any], tools: ToolRequest) -> dict[str, Any]
             "of the text. Use tool_choice 'none' for this constraint alone.",
             param,
         )
-    grammar = auto_tools_grammar(tools.calls_schema, answer)
+    grammar = auto_grammar(
+        tools.calls_schema, tools.call_format, parallel_tool_calls=tools.parallel_tool_calls, answer_schema=answer
+    )
     check_compiles({"grammar": grammar}, param=param)
     return {"grammar": grammar}

@@ -5,7 +5,9 @@ Named: the first piece carries ``index``, ``id``, ``type``, ``function.name`` an
 pieces only argument text. "required": the array is scanned as it grows and each call is announced (id, name,
 arguments so far) as soon as its name is complete and its ``parameters`` value has started, then only new argument
 text follows (several calls may share one delta). "auto": text pieces go out as ``content`` until the answer
-shows it is a call (it starts with ``[``: :mod:`openai_api.tools.grammar`), then as "required" does.
+shows it is a call (it starts with ``[``: :mod:`openai_api.tools.grammar`), then as "required" does. In the hermes
+format (:mod:`openai_api.tools.hermes`, an answer that starts with ``<``) each call goes out whole when its closing
+tag arrives.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 from openai_api.tools.calls import new_tool_call_id
 from openai_api.tools.grammar import starts_a_call
+from openai_api.tools.hermes import HERMES, HermesCall, hermes_calls, hermes_stream_calls
 from openai_api.tools.parsing import ToolMode
 from openai_api.tools.scan import scan_calls, span_name
 
@@ -37,6 +40,7 @@ class ToolCallStream:
         *,
         parallel_tool_calls: bool = True,
         names: Sequence[str] = (),
+        call_format: str = "",
     ) -> None:
         if mode is ToolMode.NAMED and tool_name is None:
             raise ValueError("a named tool choice needs its tool_name")
@@ -44,6 +48,7 @@ class ToolCallStream:
         self.tool_name = tool_name
         self.parallel_tool_calls = parallel_tool_calls
         self.names = tuple(names)
+        self.call_format = call_format
         self.text = ""
         self.ids: list[str] = []
         """The ids announced, by index."""
@@ -55,7 +60,14 @@ class ToolCallStream:
     @property
     def calls_array(self) -> bool:
         """Whether the text is a "required" array of calls: "required", or an "auto" answer that chose a call."""
-        return self.mode is ToolMode.REQUIRED or (self.mode is ToolMode.AUTO and starts_a_call(self.text))
+        return self.mode is ToolMode.REQUIRED or (
+            self.mode is ToolMode.AUTO and starts_a_call(self.text, self.call_format)
+        )
+
+    @property
+    def hermes(self) -> bool:
+        """An "auto" answer in the hermes format (:mod:`openai_api.tools.hermes`)."""
+        return self.mode is ToolMode.AUTO and self.call_format == HERMES
 
     def delta(self, piece: str) -> dict[str, Any]:
         deltas = self.feed(piece)
@@ -72,7 +84,7 @@ class ToolCallStream:
         if self.mode is ToolMode.NAMED:
             return [self._named(piece)]
         if self.calls_array:
-            deltas = self._required(previous)
+            deltas = self._hermes(hermes_stream_calls(self.text)) if self.hermes else self._required(previous)
             return deltas if self.parallel_tool_calls else [d for d in deltas if d["index"] == 0]
         return []
 
@@ -81,6 +93,9 @@ class ToolCallStream:
         started): each with its id, name and the arguments written so far."""
         if not self.calls_array:
             return []
+        if self.hermes:
+            deltas = self._hermes(hermes_calls(self.text, self.names))
+            return deltas if self.parallel_tool_calls else [d for d in deltas if d["index"] == 0]
         deltas: list[dict[str, Any]] = []
         for index, span in enumerate(scan_calls(self.text)):
             if index < len(self.ids):
@@ -103,6 +118,23 @@ class ToolCallStream:
             )
             if start is None:
                 break
+        return deltas
+
+    def _hermes(self, calls: Sequence[HermesCall]) -> list[dict[str, Any]]:
+        """Each call not announced yet, whole (id, name, arguments) in one delta: a hermes call goes out when its
+        closing tag arrives (or, cut short, at :meth:`finish`)."""
+        deltas: list[dict[str, Any]] = []
+        for index in range(len(self.ids), len(calls)):
+            self.ids.append(new_tool_call_id())
+            call = calls[index]
+            deltas.append(
+                {
+                    "index": index,
+                    "id": self.ids[index],
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                }
+            )
         return deltas
 
     def _named(self, piece: str) -> dict[str, Any]:

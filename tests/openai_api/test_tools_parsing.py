@@ -142,10 +142,16 @@ def test_auto_without_parallel_calls_allows_one_call() -> None:
     assert not auto_accepts(request.structured, TWO_CALLS)
 
 
-def test_auto_with_a_declared_parser_is_refused_until_one_is_served() -> None:
-    error = refused({"tools": TOOLS, "tool_choice": "auto"}, parser="hermes")
+def test_auto_with_a_declared_parser_takes_hermes_and_refuses_the_others() -> None:
+    error = refused({"tools": TOOLS, "tool_choice": "auto"}, parser="mistral")
     assert error.param == "tool_choice"
-    assert "'hermes'" in error.message and "unset it" in error.message
+    assert "'mistral'" in error.message and "['hermes']" in error.message and "unset it" in error.message
+    hermes = parse_tools({"tools": TOOLS, "tool_choice": "auto"}, tool_call_parser="hermes")
+    assert (hermes.mode, hermes.call_format) == (ToolMode.AUTO, "hermes")
+    assert auto_accepts(hermes.structured, '<tool_call>\n{"name": "ping", "arguments": {}}\n</tool_call>')
+    assert auto_accepts(hermes.structured, CALL)  # as text: in this format only "<" starts a call
+    required = parse_tools({"tools": TOOLS, "tool_choice": "required"}, tool_call_parser="mistral")
+    assert required.mode is ToolMode.REQUIRED and required.call_format == ""  # no parser needed: the array
 
 
 def test_auto_with_a_json_object_format_answers_a_call_or_that_object() -> None:
