@@ -50,13 +50,22 @@ def tool_names(record: ResponseRecord) -> list[str]:
     return [str(t.get("name")) for t in record.request.get("tools") or [] if isinstance(t, dict)]
 
 
+def call_format(record: ResponseRecord) -> str:
+    """The form of an "auto" call (``openai_api.tools.parsing.ToolRequest.call_format``): ``""`` for the JSON array,
+    and for a record stored before the field existed."""
+    return str(record.request.get("call_format") or "")
+
+
 def calls_of(record: ResponseRecord, text: str) -> list[Call]:
     """The function calls an answer holds: a forced tool's, or an "auto" answer that chose a call (it starts with
-    ``[``, ``openai_api.tools.grammar``); empty for a plain answer. A call cut short keeps its arguments so far."""
+    ``[``, ``openai_api.tools.grammar``, or ``<`` in the hermes format); empty for a plain answer. A call cut short
+    keeps its arguments so far."""
     mode = tool_mode(record)
     if mode not in (ToolMode.NAMED, ToolMode.REQUIRED, ToolMode.AUTO):
         return []
-    found = tool_calls_from_text(mode, record.request.get("function_name"), text, names=tool_names(record))
+    found = tool_calls_from_text(
+        mode, record.request.get("function_name"), text, names=tool_names(record), call_format=call_format(record)
+    )
     if not record.request.get("parallel_tool_calls", True):
         found = found[:1]
     return [Call(name=c["function"]["name"], arguments=c["function"]["arguments"]) for c in found]

@@ -296,6 +296,7 @@ def _echo(body: dict[str, Any], chat: ChatCompletionRequest) -> dict[str, Any]:
         "service_tier": "default",
         "tool_mode": str(chat.tools.mode),
         "function_name": chat.tools.function_name,
+        "call_format": chat.tools.call_format,
     }
 
 

@@ -142,6 +142,21 @@ class _Calls:
         return frames
 
 
+def call_stream(record: ResponseRecord) -> ToolCallStream | None:
+    """What finds the function calls of the answer as it streams, in the call form the request was parsed with
+    (``formats.call_format``); None when the tool choice allows no call."""
+    mode = formats.tool_mode(record)
+    if mode not in (ToolMode.NAMED, ToolMode.REQUIRED, ToolMode.AUTO):
+        return None
+    return ToolCallStream(
+        mode,
+        record.request.get("function_name"),
+        parallel_tool_calls=bool(record.request.get("parallel_tool_calls", True)),
+        names=formats.tool_names(record),
+        call_format=formats.call_format(record),
+    )
+
+
 async def response_events(record: ResponseRecord, *, reload: Reload) -> AsyncIterator[bytes]:
     """The response's SSE body; ``reload`` reads the record again (after the run's end) from Postgres."""
     run = record.run
@@ -150,20 +165,8 @@ async def response_events(record: ResponseRecord, *, reload: Reload) -> AsyncIte
     yield event("response.created", response=started)
     yield event("response.in_progress", response=started)
     mode = formats.tool_mode(record)
-    calls = (
-        _Calls(
-            record,
-            event,
-            ToolCallStream(
-                mode,
-                record.request.get("function_name"),
-                parallel_tool_calls=bool(record.request.get("parallel_tool_calls", True)),
-                names=formats.tool_names(record),
-            ),
-        )
-        if mode in (ToolMode.NAMED, ToolMode.REQUIRED, ToolMode.AUTO)
-        else None
-    )
+    stream = call_stream(record)
+    calls = _Calls(record, event, stream) if stream is not None else None
     message = _Message(record, event)
     completion = Completion()
     async for piece in follow_run(run, completion):
@@ -171,7 +174,7 @@ async def response_events(record: ResponseRecord, *, reload: Reload) -> AsyncIte
             yield KEEPALIVE
             continue
         if calls is not None and mode is ToolMode.AUTO and not calls.stream.text and piece.text:
-            if not starts_a_call(piece.text):
+            if not starts_a_call(piece.text, formats.call_format(record)):
                 calls = None  # "auto" chose text: the first character decides (openai_api.tools.grammar)
         for frame in calls.feed(piece.text) if calls is not None else message.delta(piece.text):
             yield frame

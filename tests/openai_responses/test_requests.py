@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -65,6 +66,22 @@ def test_input_items_messages_parts_and_a_function_call_round_trip() -> None:
     ]
     assert (chat.prompt, chat.last_role) == ("sunny", "tool")
     assert chat.tools.tools[0]["function"]["name"] == "get_weather"
+
+
+def test_with_the_hermes_parser_declared_past_calls_replay_as_tool_call_blocks(settings: Any) -> None:
+    settings.ENGINE = dataclasses.replace(settings.ENGINE, tool_call_parser="hermes")
+    call = {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city":"Paris"}'}
+    output = {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}
+    parsed = parse_response_create(body(input=[call, output], tools=[WEATHER]))
+    assert parsed.chat.history == [
+        ("assistant", '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>')
+    ]
+    assert parsed.chat.tools.call_format == "hermes" and parsed.echo["call_format"] == "hermes"
+    previous = PreviousOutput(calls=[("call_1", "get_weather", '{"city": "Paris"}')])
+    continued = parse_response_create(body(input=[output], tools=[WEATHER]), previous=previous)
+    assert continued.chat.history[0][1].startswith("<tool_call>\n")
+    forced = parse_response_create(body(tools=[WEATHER], tool_choice="required"))
+    assert forced.echo["call_format"] == ""  # "required" is the array in any format
 
 
 def test_a_named_tool_choice_and_text_format_json_schema() -> None:
