@@ -84,8 +84,7 @@ class ToolCallStream:
         if self.mode is ToolMode.NAMED:
             return [self._named(piece)]
         if self.calls_array:
-            deltas = self._hermes(hermes_stream_calls(self.text)) if self.hermes else self._required(previous)
-            return deltas if self.parallel_tool_calls else [d for d in deltas if d["index"] == 0]
+            return self._kept(self._hermes(hermes_stream_calls(self.text)) if self.hermes else self._required(previous))
         return []
 
     def finish(self) -> list[dict[str, Any]]:
@@ -94,8 +93,7 @@ class ToolCallStream:
         if not self.calls_array:
             return []
         if self.hermes:
-            deltas = self._hermes(hermes_calls(self.text, self.names))
-            return deltas if self.parallel_tool_calls else [d for d in deltas if d["index"] == 0]
+            return self._kept(self._hermes(hermes_calls(self.text, self.names)))
         deltas: list[dict[str, Any]] = []
         for index, span in enumerate(scan_calls(self.text)):
             if index < len(self.ids):
@@ -119,6 +117,10 @@ class ToolCallStream:
             if start is None:
                 break
         return deltas
+
+    def _kept(self, deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``parallel_tool_calls: false``: the first call's deltas only."""
+        return deltas if self.parallel_tool_calls else [d for d in deltas if d["index"] == 0]
 
     def _hermes(self, calls: Sequence[HermesCall]) -> list[dict[str, Any]]:
         """Each call not announced yet, whole (id, name, arguments) in one delta: a hermes call goes out when its

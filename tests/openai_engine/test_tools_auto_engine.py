@@ -76,6 +76,19 @@ def assert_text_or_valid_calls(message: Any, finish: str) -> None:
         assert message.content and not message.content.startswith("[") and finish in ("stop", "length")
 
 
+def one_forced_call(logit_bias: dict[str, Any]) -> dict[str, Any]:
+    """The request's arguments for one call forced by ``logit_bias``: one call (``parallel_tool_calls`` false: the
+    grammar ends the answer after it), so the answer ends by itself rather than at max_tokens with a second call
+    begun."""
+    return {
+        "max_tokens": 120,
+        "temperature": 0,
+        "tools": [WEATHER_TOOL],
+        "logit_bias": logit_bias,
+        "parallel_tool_calls": False,
+    }
+
+
 def test_auto_answers_with_text_or_a_call_that_validates(live_stack: LiveStack) -> None:
     client = client_for(live_stack, roomy_user())
     for prompt in (PROMPT, "Say hello to me."):
@@ -86,15 +99,7 @@ def test_auto_answers_with_text_or_a_call_that_validates(live_stack: LiveStack) 
 
 def test_auto_reaches_the_call_branch_and_streams_the_same_call(live_stack: LiveStack) -> None:
     client = client_for(live_stack, roomy_user())
-    # One call (parallel_tool_calls false: the grammar closes the array after it), so the answer ends by itself
-    # rather than at max_tokens with a second call begun.
-    kwargs: dict[str, Any] = {
-        "max_tokens": 120,
-        "temperature": 0,
-        "tools": [WEATHER_TOOL],
-        "logit_bias": as_call(),
-        "parallel_tool_calls": False,
-    }
+    kwargs = one_forced_call(as_call())
     completion = ask(client, PROMPT, **kwargs)
     choice = completion.choices[0]
     assert choice.message.tool_calls, choice.message
