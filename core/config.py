@@ -71,10 +71,11 @@ class EngineConfig:
     """The deployment's vLLM engine arguments, passed to ``AsyncEngineArgs`` as they are, over ours
     (``ModelDeployment.engine_args``; empty for a config read from the environment)."""
     tool_call_parser: str = ""
-    """One of vLLM's tool-call parsers (``hermes``...) for ``tool_choice: "auto"`` in the model's own call format; this
-    server runs none yet, so a name here makes "auto" a 400 that says so. Empty (the default): "auto" is served by this
-    server's grammar (text or a JSON array of calls), and no tool choice needs a parser. See
-    ``openai_api.tools.parsing.SUPPORTED_TOOL_CALL_PARSERS``."""
+    """The vLLM tool-call parser whose call format ``tool_choice: "auto"`` uses: ``hermes`` (``<tool_call>`` blocks,
+    forced by the grammar of ``openai_api.tools.hermes``; the tool listing and past calls in the history use it too);
+    any other name makes "auto" a 400 (``openai_api.tools.parsing.SUPPORTED_TOOL_CALL_PARSERS``). Empty (the
+    default): "auto" is text or a JSON array of calls. Named and "required" choices need no parser. Process-wide,
+    for every generation deployment (``openai_api.requests.tool_call_parser`` says why)."""
 
     @property
     def default_model_dir(self) -> Path:

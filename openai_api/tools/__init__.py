@@ -6,6 +6,8 @@ One module per job, in the order a request meets them:
   into a :class:`~openai_api.tools.parsing.ToolRequest` (its :class:`~openai_api.tools.parsing.ToolMode` and the
   structured-outputs constraint a forced tool puts on the answer), and the run's structured outputs.
 - :mod:`openai_api.tools.grammar`: the grammar of "auto" (text, or the "required" array of calls).
+- :mod:`openai_api.tools.hermes`: "auto" in the hermes format (``<tool_call>`` blocks) on a deployment that
+  declares that parser: its grammar, the calls of an answer finished or growing, past calls written in it.
 - :mod:`openai_api.tools.prompt`: the tools as system-prompt text, for a model whose chat template shows none.
 - :mod:`openai_api.tools.calls`: :func:`~openai_api.tools.calls.parse_tool_output`, a finished answer as text or
   tool calls (their ids, a call cut short included), and the finish reason.
@@ -37,9 +39,9 @@ with structured outputs when the caller forces a tool:
 - ``tool_choice: "none"`` (and no ``tool_choice`` without tools): the tools are rendered, nothing is constrained.
 - ``tool_choice: "auto"`` (the default when ``tools`` are given) needs a tool-call parser in vLLM (a 400 without
   ``--tool-call-parser``). Here it needs none: a grammar (:mod:`openai_api.tools.grammar`) lets the answer be text or
-  the "required" array, told apart by its first character. A deployment that declares ``ENGINE_TOOL_CALL_PARSER``
-  gets a 400 for "auto" (this server runs no vLLM parser yet,
-  :data:`openai_api.tools.parsing.SUPPORTED_TOOL_CALL_PARSERS`).
+  the "required" array, told apart by its first character. ``ENGINE_TOOL_CALL_PARSER=hermes`` makes the call branch
+  vLLM's hermes form instead (:mod:`openai_api.tools.hermes`), read here as vLLM's parser reads it; any other
+  declared parser is a 400 for "auto" (:data:`openai_api.tools.parsing.SUPPORTED_TOOL_CALL_PARSERS`).
 - An answer cut short inside a call (``max_tokens``) is a call with the arguments written so far, finish ``length``.
 
 Differences from vLLM, on purpose: vLLM 0.32 also refuses named/"required" without a tool-call parser (its
