@@ -110,20 +110,29 @@ def refuse_unsupported_with_this_model(body: dict[str, Any]) -> None:
             )
 
 
-def parse_options(body: dict[str, Any]) -> RequestOptions:
-    refuse_unsupported_with_this_model(body)
-    store = body.get("store")
-    if store is not None and not isinstance(store, bool):
-        raise OpenAIRequestError("'store' must be true or false.", param="store")
+def parse_service_tier(body: dict[str, Any]) -> str | None:
+    """``service_tier`` as sent (checked for its shape; ``openai_api.service_tier`` maps it onto a tier)."""
     tier = body.get("service_tier")
     if tier is not None and (not isinstance(tier, str) or not tier or len(tier) > MAX_SERVICE_TIER_CHARS):
         raise OpenAIRequestError(
             f"'service_tier' must be one of {', '.join(OPENAI_SERVICE_TIERS)} or a tier's name.", param="service_tier"
         )
+    return tier
+
+
+def parse_prompt_cache_key(body: dict[str, Any]) -> str:
+    return _string(body, "prompt_cache_key", MAX_CACHE_KEY_CHARS)
+
+
+def parse_options(body: dict[str, Any]) -> RequestOptions:
+    refuse_unsupported_with_this_model(body)
+    store = body.get("store")
+    if store is not None and not isinstance(store, bool):
+        raise OpenAIRequestError("'store' must be true or false.", param="store")
     return RequestOptions(
         metadata=parse_metadata(body.get("metadata")),
         store=bool(store),
-        service_tier=tier,
-        prompt_cache_key=_string(body, "prompt_cache_key", MAX_CACHE_KEY_CHARS),
+        service_tier=parse_service_tier(body),
+        prompt_cache_key=parse_prompt_cache_key(body),
         safety_identifier=_string(body, "safety_identifier", MAX_USER_CHARS),
     )

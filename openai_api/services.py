@@ -34,12 +34,14 @@ def _choice_spec(spec: SamplingSpec, index: int) -> SamplingSpec:
     return spec if index == 0 or spec.seed is None else spec.with_seed(spec.seed + index)
 
 
-def _check_message_count(*, tier: Tier, count: int) -> None:
+def check_message_count(*, tier: Tier, count: int, param: str = "messages") -> None:
+    """A call that would write more than ``tier.max_request_messages`` messages is a 400 before anything is written
+    (chat completions: its ``messages``; responses: its input items with the conversation it continues)."""
     limit = tier.max_request_messages
     if count > limit:
         raise OpenAIRequestError(
-            f"'messages' holds {count} messages; at most {limit} are allowed in one call on the {tier.name} tier.",
-            param="messages",
+            f"'{param}' holds {count} messages; at most {limit} are allowed in one call on the {tier.name} tier.",
+            param=param,
             code="too_many_messages",
         )
 
@@ -50,7 +52,7 @@ def chat_completion_create(*, user: User, request: ChatCompletionRequest, deploy
     Each choice's chat holds the call's messages exactly as sent, in order (system and developer ones where the
     client put them), then the run's last message; no default system prompt is added (``chats.context``). More
     messages than the user's tier allows is a 400 before anything is written."""
-    _check_message_count(tier=user.tier, count=request.message_count)
+    check_message_count(tier=user.tier, count=request.message_count)
     options = request.options
     tier = service_tier_for(user=user, requested=options.service_tier)
     worker = prompt_cache_key_worker(user=user, prompt_cache_key=options.prompt_cache_key)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from openai_api.responses.models import ResponseRecord
+from openai_api.service_tier import answered_service_tier
 from openai_api.tools.calls import tool_calls_from_text
 from openai_api.tools.parsing import ToolMode
 from runs.models import FinishReason, Run, RunStatus
@@ -152,7 +153,7 @@ def response_object(
         "prompt_cache_key": asked.get("prompt_cache_key"),
         "reasoning": {"effort": None, "summary": None},
         "safety_identifier": asked.get("safety_identifier"),
-        "service_tier": "default",
+        "service_tier": answered_service_tier(run),
         "store": run.store,
         "temperature": asked.get("temperature"),
         "text": asked.get("text", {"format": {"type": "text"}}),

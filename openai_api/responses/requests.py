@@ -19,7 +19,7 @@ from typing import Any
 
 from core.http.text import echo
 from openai_api.errors import OpenAIRequestError
-from openai_api.options import parse_metadata
+from openai_api.options import parse_metadata, parse_prompt_cache_key, parse_service_tier
 from openai_api.requests import ChatCompletionRequest, bool_param, parse_chat_completion
 from openai_api.responses.input_items import Translated, rename_message_paths, translate_input
 
@@ -109,6 +109,10 @@ class ResponseRequest:
     continues: bool = False
     instructions: str | None = None
     """``instructions`` as sent: the chat's first message, a system one (``chat.history[0]`` when given)."""
+    service_tier: str | None = None
+    """As sent; mapped onto the user's tiers as on chat completions (``openai_api.service_tier``)."""
+    prompt_cache_key: str = ""
+    """As sent; feeds chat affinity as on chat completions (``runs.selectors.prompt_cache_key_worker``)."""
 
     @property
     def stream(self) -> bool:
@@ -238,13 +242,8 @@ def _options(body: dict[str, Any]) -> None:
             raise OpenAIRequestError("'stream_options' takes only 'include_obfuscation'.", param="stream_options")
         if body.get("stream") is not True:
             raise OpenAIRequestError("'stream_options' can only be set when 'stream' is true.", param="stream_options")
-    if body.get("service_tier") not in (None, "auto", "default"):
-        raise unsupported("service_tier")
     if body.get("prompt_cache_retention") not in (None, "in_memory"):
         raise unsupported("prompt_cache_retention")
-    key = body.get("prompt_cache_key")
-    if key is not None and not isinstance(key, str):
-        raise OpenAIRequestError("'prompt_cache_key' must be a string.", param="prompt_cache_key")
     for name in ("user", "safety_identifier"):
         if body.get(name) is not None and not isinstance(body[name], str):
             raise OpenAIRequestError(f"'{name}' must be a string.", param=name)
@@ -355,4 +354,6 @@ def parse_response_create(body: Any, *, previous: PreviousOutput | None = None) 
         input=body["input"],
         continues=previous is not None,
         instructions=instructions,
+        service_tier=parse_service_tier(body),
+        prompt_cache_key=parse_prompt_cache_key(body),
     )

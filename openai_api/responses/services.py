@@ -5,10 +5,15 @@
   prompt is never added (an API chat gets none, ``chats.context.chat_system_prompt``): the model sees the caller's
   instructions and messages only, as vLLM's server renders them.
 - ``previous_response_id``: the continued response's conversation is copied into the new chat (its messages before
-  its answer, without its instructions, which OpenAI does not carry over), then its output as the assistant turn,
+  its answer, without its instructions, which OpenAI does not carry over, but with the system and developer
+  messages of its input), then its output as the assistant turn,
   then the new input. A copy rather than a shared chat, so two responses may continue the same one.
 - ``truncation: "disabled"`` (OpenAI's default): a conversation that does not fit the context window whole is a 400
   (the prompt planner would otherwise drop the oldest turns, which is what ``"auto"`` asks for).
+
+- ``service_tier`` and ``prompt_cache_key`` mean what they mean on chat completions (``openai_api.service_tier``,
+  ``runs.selectors.prompt_cache_key_worker``), and the tier's cap on the messages one call writes
+  (``Tier.max_request_messages``) counts the continued conversation's turns too: each call copies them.
 
 Everything is written in one transaction: a refused call leaves no row behind.
 """
@@ -32,8 +37,11 @@ from deployments.tokenizer import count_tokens
 from openai_api.responses.formats import ID_PREFIX
 from openai_api.responses.models import ResponseRecord
 from openai_api.responses.requests import ResponseRequest
+from openai_api.service_tier import service_tier_for
+from openai_api.services import check_message_count
 from openai_api.tools.prompt import history_with_tools
 from runs.models import PromptMode
+from runs.selectors import prompt_cache_key_worker
 from runs.services import SamplingRequest, chat_delete, run_create
 
 
@@ -54,6 +62,14 @@ def input_items_of(public_id: str, value: str | list[Any]) -> list[dict[str, Any
     return items
 
 
+def _leads_with_ours(previous: ResponseRecord) -> bool:
+    """Whether the continued chat's first message is the call's own, not the caller's input: its ``instructions``,
+    or the tools' listing (``history_with_tools``, which joins a leading system message of the input when there are
+    no instructions: that one goes with it). The input's other system and developer messages are carried over."""
+    asked = previous.request
+    return asked.get("instructions") is not None or bool(asked.get("tools"))
+
+
 def _conversation(previous: ResponseRecord | None, request: ResponseRequest) -> list[tuple[str, str, int | None]]:
     """``(role, content, token_count)`` of the turns before the new message: the instructions (a system message),
     the continued chat's turns (their counts known), then this request's history (counted here); with the tools'
@@ -63,12 +79,13 @@ def _conversation(previous: ResponseRecord | None, request: ResponseRequest) -> 
         turns.append((MessageRole.SYSTEM, request.instructions, None))
     if previous is not None:
         run = previous.run
-        rows = (
+        rows = list(
             Message.objects.filter(chat_id=run.chat_id, id__lte=run.user_message_id, superseded=False)
-            .exclude(role=MessageRole.SYSTEM)
             .order_by("id")
             .values_list("role", "content", "token_count")
         )
+        if rows and rows[0][0] == MessageRole.SYSTEM and _leads_with_ours(previous):
+            rows = rows[1:]  # its instructions (or the tools' listing), which are not carried over
         turns.extend((role, content, tokens) for role, content, tokens in rows)
     turns.extend((role, content, None) for role, content in request.conversation)
     pairs = [(role, content) for role, content, _ in turns]
@@ -109,10 +126,15 @@ def response_create(
     chat_request = request.chat
     sampling = chat_request.sampling
     turns = _conversation(previous, request)
+    check_message_count(tier=user.tier, count=len(turns) + 1, param="input")  # the turns, then the run's message
     if request.truncation == "disabled":
         _check_fits(user=user, request=request, turns=turns)
+    tier = service_tier_for(user=user, requested=request.service_tier)
+    worker = prompt_cache_key_worker(user=user, prompt_cache_key=request.prompt_cache_key)
     with transaction.atomic():
-        chat = Chat.objects.create(owner=user, title=title_from_text(chat_request.prompt), origin=ChatOrigin.API)
+        chat = Chat.objects.create(
+            owner=user, title=title_from_text(chat_request.prompt), origin=ChatOrigin.API, last_worker=worker
+        )
         Message.objects.bulk_create(  # in order: ids follow the conversation
             Message(chat=chat, role=role, content=content, token_count=count_tokens(content) if n is None else n)
             for role, content, n in turns
@@ -128,8 +150,10 @@ def response_create(
             end_user=chat_request.end_user,
             prompt_role=MessageRole(chat_request.last_role),
             deployment=deployment,
+            service_tier=tier,
             metadata=request.metadata,
             store=request.store,
+            prompt_cache_key=request.prompt_cache_key,
         )
         public_id = new_response_id()
         record = ResponseRecord.objects.create(
