@@ -3,8 +3,11 @@ and in the message list."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 from django.test import Client
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from accounts.models import User
@@ -95,9 +98,17 @@ def test_the_ratings_show_per_version_in_metrics_and_in_the_admin(api: APIClient
     assert value(samples, "chat_feedback_ratings", deployment=deployment.key, rating="up") == 1
     assert value(samples, "chat_feedback_ratings", deployment=deployment.key, rating="down") == 2
 
+    two_days_ago = timezone.now() - dt.timedelta(days=2)
+    RunFeedback.objects.filter(run_id=other).update(updated_at=two_days_ago)  # a day of its own in the admin
     admin = Client()
     admin.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
     page = admin.get("/admin/feedback/runfeedback/")
     assert page.status_code == 200
     text = page.content.decode()
     assert deployment.key in text and "66.7%" in text  # 2 of 3 ratings down, for that version
+    days = [(row["day"], row["version"], row["tally"].up, row["tally"].down) for row in page.context["feedback_days"]]
+    assert days == [
+        (timezone.now().astimezone(dt.UTC).date(), deployment.key, 1, 1),
+        (two_days_ago.astimezone(dt.UTC).date(), deployment.key, 0, 1),
+    ]
+    assert "50.0%" in text and "100.0%" in text  # each day's negative rate
