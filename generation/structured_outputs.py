@@ -99,7 +99,7 @@ def _from_response_format(response_format: Any) -> tuple[dict[str, Any] | None, 
         raise _fail(f'\'{param}\' must be an object such as {{"type": "json_object"}}.', param)
     kind = response_format.get("type")
     known = {"text": {"type"}, "json_object": {"type"}, "json_schema": {"type", "json_schema"}}
-    if kind not in known:
+    if not isinstance(kind, str) or kind not in known:  # a list or an object is no key either
         raise _fail(
             f"'{param}.type' must be one of 'text', 'json_object', 'json_schema'; got {echo(kind)}.", f"{param}.type"
         )

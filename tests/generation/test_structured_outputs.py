@@ -75,6 +75,8 @@ def test_the_compiled_json_schema_constrains_the_text() -> None:
     [
         ("json", "response_format", "must be an object"),
         ({"type": "yaml"}, "response_format.type", "must be one of"),
+        ({"type": ["json_object"]}, "response_format.type", "must be one of"),  # unhashable: was a TypeError
+        ({"type": {"json": 1}}, "response_format.type", "must be one of"),
         ({"type": "json_schema"}, "response_format.json_schema", "must be provided"),
         ({"type": "json_schema", "json_schema": {"name": "a"}}, "response_format.json_schema.schema", "required"),
         (json_schema_format(SCHEMA, strict="yes"), "response_format.json_schema.strict", "true or false"),

@@ -147,6 +147,7 @@ def test_metadata_is_checked_like_openai() -> None:
         ({"tools": [{**WEATHER, "name": "bad name"}]}, "tools[0].name", None),
         ({"text": {"format": {"type": "json_schema", "name": "A"}}}, "text.format.schema", "invalid_structured_output"),
         ({"truncation": "sometimes"}, "truncation", None),
+        ({"text": {"format": {"type": ["text"]}}}, "text.format.type", "invalid_structured_output"),  # was a 500
         ({"store": "yes"}, "store", None),
     ],
 )
