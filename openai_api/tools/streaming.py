@@ -17,7 +17,7 @@ from typing import Any
 
 from openai_api.tools.calls import new_tool_call_id
 from openai_api.tools.grammar import starts_a_call
-from openai_api.tools.hermes import HERMES, HermesCall, hermes_calls, hermes_stream_calls
+from openai_api.tools.hermes import CALL_CLOSE, HERMES, HermesCall, hermes_calls, hermes_stream_calls
 from openai_api.tools.parsing import ToolMode
 from openai_api.tools.scan import scan_calls, span_name
 
@@ -83,9 +83,13 @@ class ToolCallStream:
             return []
         if self.mode is ToolMode.NAMED:
             return [self._named(piece)]
-        if self.calls_array:
-            return self._kept(self._hermes(hermes_stream_calls(self.text)) if self.hermes else self._required(previous))
-        return []
+        if not self.calls_array:
+            return []
+        if not self.hermes:
+            return self._kept(self._required(previous))
+        # Calls complete only at a closing tag: read the blocks again only when this piece may have ended one.
+        closed = CALL_CLOSE in self.text[max(0, len(previous) - len(CALL_CLOSE) + 1) :]
+        return self._kept(self._hermes(hermes_stream_calls(self.text))) if closed else []
 
     def finish(self) -> list[dict[str, Any]]:
         """The calls of an array cut short that were not announced yet (their name known, their arguments not
