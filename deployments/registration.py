@@ -42,7 +42,7 @@ from deployments.models import (
     deployment_key,
     name_validator,
 )
-from deployments.selection import forget_cached
+from deployments.selection import AUTO_MODEL, forget_cached
 from deployments.verification import RegistrationError, folder_checksum, verify_model_folder
 
 __all__ = ["RegistrationError", "folder_checksum", "register_deployment", "verify_model_folder"]
@@ -63,6 +63,8 @@ def validate_registration(
     """The source path (absolute) and engine arguments to store; :class:`RegistrationError` when anything is off."""
     _validate_name("name", name)
     _validate_name("version", version)
+    if name.lower() == AUTO_MODEL:
+        raise RegistrationError(f"name '{name}' is reserved: 'model: \"{AUTO_MODEL}\"' asks the router to choose.")
     if source_kind not in SourceKind.values:
         raise RegistrationError(f"source_kind '{source_kind}' is not one of: {', '.join(SourceKind.values)}.")
     if isinstance(traffic_weight, bool) or not isinstance(traffic_weight, int) or not 0 <= traffic_weight <= 100:
