@@ -23,6 +23,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("accounts",),
     ("deployments",),
     ("chats",),
+    ("moderation",),
     ("runs",),
     ("feedback",),
     ("rollouts",),
