@@ -45,6 +45,7 @@ INSTALLED_APPS = [
     "axes",
     "accounts",
     "deployments",
+    "model_routing",
     "chats",
     "runs",
     "feedback",
