@@ -49,7 +49,9 @@ class RouteFacts:
     prompt_tokens: int
     """The whole prompt as the engine sees it (history and system message included)."""
     max_tokens: int
-    """The answer's token budget (the request's ``max_tokens``, else the tier's cap)."""
+    """The answer budget the client asked for (``max_tokens``); 0 when it sent none: the tier's cap says nothing
+    about this prompt, and passing it would send every prompt of a tier whose cap is above
+    ``max_small_output_tokens`` (pro's 2048) to the large model."""
     has_tools: bool
     structured: bool
     """A ``response_format`` json_schema / json_object, or structured outputs of any kind."""
