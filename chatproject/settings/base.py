@@ -46,6 +46,7 @@ INSTALLED_APPS = [
     "axes",
     "accounts",
     "deployments",
+    "model_routing",
     "chats",
     "moderation",
     "runs",

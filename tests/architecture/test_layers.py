@@ -22,6 +22,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("scheduling",),
     ("accounts",),
     ("deployments",),
+    ("model_routing",),
     ("chats",),
     ("moderation",),
     ("runs",),

@@ -46,6 +46,16 @@ class Command(BaseCommand):
             "all-MiniLM-L6-v2).",
         )
 
+        parser.add_argument(
+            "--cost-input",
+            default="0",
+            metavar="COST",
+            help="Cost per million prompt tokens (default 0; the router's cost figures use it).",
+        )
+        parser.add_argument(
+            "--cost-output", default="0", metavar="COST", help="Cost per million answer tokens (default 0)."
+        )
+
     def handle(self, *args: Any, **options: Any) -> None:
         source_kind, source_path = source_of(options["source"], serve_in_place=options["serve_in_place"])
         try:
@@ -58,6 +68,8 @@ class Command(BaseCommand):
                 traffic_weight=options["weight"],
                 make_default=options["default"],
                 kind=options["kind"],
+                cost_per_million_input_tokens=options["cost_input"],
+                cost_per_million_output_tokens=options["cost_output"],
             )
         except RegistrationError as exc:
             raise CommandError(exc.message) from exc
