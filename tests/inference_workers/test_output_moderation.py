@@ -54,7 +54,8 @@ def test_a_clean_answer_is_checked_behind_and_recorded(sim_runtime: WorkerRuntim
     assert run.finish_reason == FinishReason.STOP
     record = output_record(run)
     assert record["decision"] == "allowed" and record["mode"] == "retract"
-    assert int(record["checks"]) >= 12 // 4  # 12 simulated tokens, a check per window of 4 (and the last one)
+    # A check once a flush brings a window of new tokens (4), and one at the end for what is left: every token read.
+    assert 1 <= int(record["checks"]) <= 12 // 4 + 1
 
 
 def test_retract_mode_withdraws_a_flagged_answer_everywhere(sim_runtime: WorkerRuntime) -> None:

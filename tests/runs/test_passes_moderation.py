@@ -108,6 +108,7 @@ def test_another_users_chat_is_still_a_404_for_a_flagged_prompt(api: APIClient, 
     assert not Message.objects.filter(chat=chat).exists()  # nothing written into another user's chat
 
 
+@pytest.mark.django_db(transaction=True)  # the async view reads the token on a connection of its own
 def test_a_flagged_v1_prompt_is_an_openai_400_that_writes_only_the_violation(user: User) -> None:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {Token.objects.create(user=user).key}")
