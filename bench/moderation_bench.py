@@ -63,7 +63,7 @@ def main() -> None:
         for text, result in zip([*offensive, *clean], local.LocalBackend().classify([*offensive, *clean]), strict=True)
     }
     print(f"labelled set: {len(offensive)} offensive, {len(clean)} clean ({LABELLED.relative_to(ROOT)})")
-    for cut in sorted({0.3, 0.4, threshold, 0.6, 0.7, 0.8}):
+    for cut in sorted({0.3, 0.4, 0.5, 0.6, 0.7, 0.8, threshold}):
         detected = sum(scores[t] > cut for t in offensive) / len(offensive)
         false_pos = sum(scores[t] > cut for t in clean) / len(clean)
         mark = "  <- shipped" if cut == threshold else ""

@@ -232,8 +232,8 @@ def resolve_model(spec: str | None, *, rng: random.Random | None = None, kind: s
         if default is None:
             raise ModelUnavailable("No default model is configured: name one with 'model'.")
         if kind == DeploymentKind.GENERATE:
-            flag = {"auto": True} if auto else {"defaulted": True}
-            return replace(resolve_model(default.name, rng=rng), **flag)
+            stand_in = resolve_model(default.name, rng=rng)
+            return replace(stand_in, auto=True) if auto else replace(stand_in, defaulted=True)
         spec = default.name
     name, version = parse_model(spec)
     versions = [d for d in served_deployments() if d.name == name]

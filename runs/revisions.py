@@ -106,19 +106,6 @@ def _revise(target: _Target, *, user: User, revision: Revision) -> Run:
     limits = user_limits(user=user)
     tier = user.tier
     max_tokens = min(settings.CHAT_LIMITS.default_max_tokens, limits.max_output_tokens)
-    plan = prompt_passes(  # an `auto` chat is routed again; its prompt was moderated when it was posted
-        prompt_facts(
-            user=user,
-            tier=tier,
-            content=target.prompt.content,
-            served=served,
-            max_tokens=max_tokens,
-            tools=previous.tools if previous is not None else None,
-            spec=SamplingSpec.from_json(previous.sampling or {}) if previous is not None else SamplingSpec(),
-        ),
-        ROUTE_ONLY,
-    )
-    served = plan.served
     input_tokens = target.prompt.token_count
     if revision == Revision.CONTINUE and target.answer is not None:
         input_tokens += target.answer.token_count
@@ -138,6 +125,19 @@ def _revise(target: _Target, *, user: User, revision: Revision) -> Run:
         spec = dataclasses.replace(spec, seed=None)
         if chat.temperature is not None:
             spec = dataclasses.replace(spec, temperature=chat.temperature)
+    plan = prompt_passes(  # an `auto` chat is routed again; its prompt was moderated when it was posted
+        prompt_facts(
+            user=user,
+            tier=tier,
+            content=target.prompt.content,
+            served=served,
+            max_tokens=max_tokens,
+            tools=previous.tools if previous is not None else None,
+            spec=spec,
+        ),
+        ROUTE_ONLY,
+    )
+    served = plan.served
     ticket = quota_reserve(user=user, limits=limits, input_tokens=max(1, input_tokens), max_tokens=max_tokens)
     run = Run(
         chat=chat,

@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 from django.conf import settings
-from moderation.models import ModerationPolicy, Violation
-from moderation.selectors import forget_cached_policies
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from accounts.models import User
 from chats.context import plan_chat_prompt
 from chats.models import Chat, Message, Moderation
+from moderation.models import ModerationPolicy, Violation
+from moderation.selectors import forget_cached_policies
 from runs.models import Run
 from tests.factories import ChatFactory, UserFactory
 
