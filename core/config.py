@@ -432,6 +432,30 @@ class ModerationConfig:
     this time)."""
     max_inputs: int
     """The most texts one ``/v1/moderations`` request may hold."""
+    guard_model: str = ""
+    """The deployment the ``guard`` backend asks (``name`` or ``name@version``, a text-generation deployment of this
+    platform: Llama Guard or Qwen3Guard on GPU hosts). Empty: the default generation deployment (on CPU hosts the
+    packaged SmolLM2, prompted as a classifier: a stand-in, not a guard)."""
+    guard_prompt: str = ""
+    """The guard's instruction, with ``{text}`` where the checked text goes; rendered as the user's message with
+    the deployment's chat template. Empty: the built-in Llama-Guard-style prompt (``moderation.backends.guard``).
+    ``model``: the model's own chat template is the guard prompt, the text is the user's message as it is (Llama
+    Guard 3 and Qwen3Guard ship theirs that way)."""
+    guard_answer_prefix: str = "Answer:"
+    """Text after the assistant's turn opener, before the label the guard's one step scores (``Answer:`` keeps the
+    stand-in on the labels; empty for Llama Guard, ``Safety:`` for Qwen3Guard)."""
+    guard_categories: tuple[str, ...] = (
+        "harassment",
+        "hate",
+        "self-harm",
+        "sexual",
+        "violence",
+        "illicit",
+    )
+    """OpenAI categories the guard's prompt asks about: each gets the guard's one unsafe probability (a prompt that
+    asks one safe/unsafe question yields one score, so it is honest only for the categories it names)."""
+    guard_timeout_s: float = 5.0
+    """How long the guard backend waits for a worker of its deployment to answer before the check fails (503)."""
 
 
 def moderation_config_from_env() -> ModerationConfig:
@@ -444,4 +468,15 @@ def moderation_config_from_env() -> ModerationConfig:
         http_timeout_s=env.float("MODERATION_HTTP_TIMEOUT_S", default=5.0),
         policy_cache_s=env.float("MODERATION_POLICY_CACHE_S", default=5.0),
         max_inputs=env.int("MODERATION_MAX_INPUTS", default=32),
+        guard_model=env.str("MODERATION_GUARD_MODEL", default=""),
+        guard_prompt=env.str("MODERATION_GUARD_PROMPT", default="", multiline=True),
+        guard_answer_prefix=env.str("MODERATION_GUARD_ANSWER_PREFIX", default="Answer:"),
+        guard_categories=tuple(
+            name.strip()
+            for name in env.str(
+                "MODERATION_GUARD_CATEGORIES", default="harassment,hate,self-harm,sexual,violence,illicit"
+            ).split(",")
+            if name.strip()
+        ),
+        guard_timeout_s=env.float("MODERATION_GUARD_TIMEOUT_S", default=5.0),
     )

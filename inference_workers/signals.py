@@ -9,9 +9,11 @@ from celery.signals import worker_init, worker_shutdown
 from django.conf import settings
 
 from core.db_executor import reconnect_after_db_error
+from core.redis_client import get_redis
 from deployments.tokenizer import get_tokenizer, serve_model_in_process
 from generation.worker_contract import WorkerState
 from inference_workers.deployment import deployment_engine_config, deployment_state, worker_deployment
+from inference_workers.guard_server import start_guard_server, stop_guard_server
 from inference_workers.runtime import start_runtime, stop_runtime
 
 logger = logging.getLogger(__name__)
@@ -30,11 +32,15 @@ def start_engine(sender: Any = None, **kwargs: Any) -> None:
     served = worker_deployment()
     logger.info("worker %s: building the %s engine for %s", sender.hostname, settings.ENGINE.backend, served.key)
     serve_model_in_process(served.local_path)  # prompts are rendered with the deployment's own tokenizer
-    start_runtime(
+    runtime = start_runtime(
         worker_name=sender.hostname,
         engine_config=deployment_engine_config(settings.ENGINE, served),
         deployment=served.key,
         state_of=_deployment_state,
+    )
+    # Guard checks (the ``guard`` moderation backend) for this deployment: one engine step each, beside the runs.
+    start_guard_server(
+        host=runtime.host, deployment=served.key, client=get_redis(), max_prompts=runtime.host.engine.max_num_seqs
     )
     get_tokenizer()  # prompts are rendered with it: load it now, not in the first task (~10 s on a busy CPU)
     serve_engine_metrics(settings.WORKERS.metrics_port, addr=settings.WORKERS.metrics_addr)
@@ -71,4 +77,5 @@ def serve_engine_metrics(port: int, *, addr: str = "127.0.0.1") -> None:
 
 @worker_shutdown.connect(dispatch_uid="inference_workers.stop_engine")
 def stop_engine(sender: Any = None, **kwargs: Any) -> None:
+    stop_guard_server()
     stop_runtime()

@@ -26,6 +26,7 @@ class BackendChoice(models.TextChoices):
     DEFAULT = "default", "default (MODERATION_BACKEND)"
     LOCAL = "local", "local (alt-profanity-check)"
     HTTP = "http", "http (OpenAI moderation API at MODERATION_HTTP_URL)"
+    GUARD = "guard", "guard (a guard model deployment: MODERATION_GUARD_MODEL)"
 
 
 class Direction(models.TextChoices):

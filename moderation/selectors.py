@@ -27,7 +27,7 @@ class PolicySnapshot:
     """``off``, ``holdback`` or ``retract`` (``moderation.models.OutputMode``)."""
     holdback_tokens: int
     backend: str
-    """``default`` (``MODERATION_BACKEND``), ``local`` or ``http``."""
+    """``default`` (``MODERATION_BACKEND``), ``local``, ``http`` or ``guard``."""
     threshold: float
     allow_list: tuple[str, ...]
     violations_before_suspension: int

@@ -2,19 +2,19 @@
 
 * ``local`` (:mod:`moderation.backends.local`): alt-profanity-check in process; judges ``harassment`` only.
 * ``http`` (:mod:`moderation.backends.http`): a server speaking OpenAI's moderation API; judges what it answers.
-
-A guard model served as a deployment of this platform (Llama Guard, Qwen3Guard) is not a backend yet:
-docs/moderation.md "Guard model" says what it needs from the workers.
+* ``guard`` (:mod:`moderation.backends.guard`): a guard model served as a deployment of this platform (Llama Guard,
+  Qwen3Guard; the packaged SmolLM2 as a stand-in on CPU), one engine step per text; judges the categories its
+  prompt asks about (``MODERATION_GUARD_CATEGORIES``).
 """
 
 from __future__ import annotations
 
 from django.conf import settings
 
-from moderation.backends import http, local
+from moderation.backends import guard, http, local
 from moderation.backends.base import CATEGORIES, ModerationBackend, ModerationResult, ModerationUnavailable
 
-BACKEND_NAMES: tuple[str, ...] = (local.NAME, http.NAME)
+BACKEND_NAMES: tuple[str, ...] = (local.NAME, http.NAME, guard.NAME)
 
 __all__ = [
     "BACKEND_NAMES",
@@ -43,4 +43,6 @@ def backend_for(name: str) -> ModerationBackend:
         return _local
     if name == http.NAME:
         return http.HttpBackend(settings.MODERATION)  # read per call: tests and operators change the settings
+    if name == guard.NAME:
+        return guard.GuardBackend(settings.MODERATION)
     raise ModerationUnavailable(f"No moderation backend is called {name!r} (known: {', '.join(BACKEND_NAMES)}).")
