@@ -7,6 +7,7 @@ SmolLM2-135M prompted as a classifier is a stand-in, not a guard: this checks th
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import time
 from typing import Any
 
@@ -36,3 +37,23 @@ def test_the_guard_scores_texts_with_the_engine(settings: Any) -> None:
         (score,) = set(result.category_scores.values())  # one question, one score, on each category it asks about
         assert 0.0 < score < 1.0
     assert threat.category_scores != recipe.category_scores  # the engine's answer depends on the text
+    print_cost_per_check(texts)
+
+
+def print_cost_per_check(texts: list[str]) -> None:
+    """The figures docs/moderation.md quotes (printed with ``-s``, never asserted): one check at a time, and eight
+    at once (one request: the engine batches their prefills)."""
+    backend = backend_for("guard")
+    single = []
+    for index in range(6):
+        started = time.monotonic()
+        backend.classify([texts[index % 2]])
+        single.append((time.monotonic() - started) * 1000)
+    started = time.monotonic()
+    backend.classify([f"Text {index}: how do I bake bread at home?" for index in range(8)])
+    eight = (time.monotonic() - started) * 1000
+    deployment = backend.deployment()
+    tokens = len(get_tokenizer().encode(backend.prompts(texts[:1], deployment)[0]))
+    median = statistics.median(single)
+    print(f"guard prompt: {tokens} tokens; one check: median {median:.0f} ms (min {min(single):.0f})")
+    print(f"guard: 8 texts in one request: {eight:.0f} ms ({eight / 8:.0f} ms a text)")
