@@ -2,7 +2,7 @@
 
 ``input``: a string, a list of strings, or a list of multimodal parts of which only ``{"type": "text", "text"}``
 is taken (an ``image_url`` part is a 400: no backend here judges images). ``model``: a backend's name (``local``,
-``http``), or ``omni-moderation-latest``/``text-moderation-latest`` (and no ``model``), which mean the configured
+``http``, ``guard``), or ``omni-moderation-latest``/``text-moderation-latest`` (and no ``model``), which mean the configured
 ``MODERATION_BACKEND``. Every one of OpenAI's thirteen categories is in each result; those the backend does not
 judge are ``false`` with a score of ``0.0`` and an empty ``category_applied_input_types`` (docs/moderation.md).
 
@@ -127,7 +127,7 @@ async def moderations(request: HttpRequest) -> HttpResponse:
         return from_request_error(exc)
     try:
         backend = backend_for(parsed.backend)
-        # The local model is CPU work (well under 1 ms a text) and the HTTP backend blocks: off the event loop.
+        # The local model is CPU work (well under 1 ms a text), the HTTP and guard backends block: off the event loop.
         results = await sync_to_async(backend.classify, thread_sensitive=False)(parsed.texts)
     except ModerationUnavailable as exc:
         return from_domain_error(exc)

@@ -15,6 +15,7 @@ import pytest
 
 from deployments.tokenizer import get_tokenizer
 from moderation.backends import backend_for
+from moderation.backends.guard import GuardBackend
 from tests.deployment_helpers import ensure_default_deployment
 
 pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True)]
@@ -37,13 +38,12 @@ def test_the_guard_scores_texts_with_the_engine(settings: Any) -> None:
         (score,) = set(result.category_scores.values())  # one question, one score, on each category it asks about
         assert 0.0 < score < 1.0
     assert threat.category_scores != recipe.category_scores  # the engine's answer depends on the text
-    print_cost_per_check(texts)
+    print_cost_per_check(GuardBackend(settings.MODERATION), texts)
 
 
-def print_cost_per_check(texts: list[str]) -> None:
+def print_cost_per_check(backend: GuardBackend, texts: list[str]) -> None:
     """The figures docs/moderation.md quotes (printed with ``-s``, never asserted): one check at a time, and eight
     at once (one request: the engine batches their prefills)."""
-    backend = backend_for("guard")
     single = []
     for index in range(6):
         started = time.monotonic()

@@ -12,6 +12,7 @@ import pytest
 from rest_framework.authtoken.models import Token
 
 from moderation.backends import CATEGORIES
+from tests.deployment_helpers import ensure_default_deployment, no_ready_worker
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -85,3 +86,12 @@ def test_an_unknown_model_is_a_404_and_no_token_a_401(client: openai.OpenAI, liv
     anonymous = openai.OpenAI(base_url=f"{live_server.url}/v1", api_key="wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         anonymous.moderations.create(input=CLEAN)
+
+
+def test_the_guard_model_without_a_ready_worker_is_a_503_not_a_clean_result(client: openai.OpenAI) -> None:
+    row = ensure_default_deployment()
+    no_ready_worker(row.key)  # the guard deployment (the default one) has no worker: nothing can judge the text
+    with pytest.raises(openai.APIStatusError) as unavailable:
+        client.moderations.create(model="guard", input=INSULT)
+    assert unavailable.value.status_code == 503
+    assert isinstance(unavailable.value.body, dict) and unavailable.value.body["code"] == "moderation_unavailable"
