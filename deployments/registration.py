@@ -36,6 +36,7 @@ from deployments.model_files import (
     write_staged,
 )
 from deployments.models import (
+    AUTO_MODEL,
     DeploymentKind,
     DeploymentStatus,
     ModelDeployment,
@@ -64,6 +65,8 @@ def validate_registration(
     """The source path (absolute) and engine arguments to store; :class:`RegistrationError` when anything is off."""
     _validate_name("name", name)
     _validate_name("version", version)
+    if name.lower() == AUTO_MODEL:
+        raise RegistrationError(f"'{name}' is reserved: model '{AUTO_MODEL}' asks the router to pick a deployment.")
     if source_kind not in SourceKind.values:
         raise RegistrationError(f"source_kind '{source_kind}' is not one of: {', '.join(SourceKind.values)}.")
     if isinstance(traffic_weight, bool) or not isinstance(traffic_weight, int) or not 0 <= traffic_weight <= 100:
