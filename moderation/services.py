@@ -6,10 +6,13 @@ from __future__ import annotations
 import math
 from datetime import datetime
 
+from django.conf import settings
 from django.utils import timezone
 
 from accounts.models import Tier, User
 from core.errors import DomainError
+from moderation.backends.local import NAME as LOCAL_NAME
+from moderation.backends.local import warm_up as local_warm_up
 from moderation.models import Direction, OutputMode, Violation
 from moderation.selectors import PolicySnapshot, moderation_policy, suspended_until
 from moderation.verdicts import Verdict, judge
@@ -77,3 +80,11 @@ def violation_record(
         category_scores=verdict.scores,
         flagged_categories=verdict.flagged_categories,
     )
+
+
+def moderation_warm_up() -> None:
+    """Loads the configured default backend's model now, when it has one to load (the local classifier: 1.5-3.5 s
+    here), so a process's first prompt or first streamed answer does not wait for it. Web and GPU workers call it at
+    start."""
+    if settings.MODERATION.backend == LOCAL_NAME:
+        local_warm_up()
