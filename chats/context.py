@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db.models import Q
 
-from chats.models import Chat, ChatOrigin, Message, MessageRole
+from chats.models import Chat, ChatOrigin, Message, MessageRole, Moderation
 from core.errors import DomainError
 from deployments.tokenizer import apply_chat_template, count_tokens, get_tokenizer
 
@@ -200,7 +200,9 @@ def plan_chat_prompt(*, chat: Chat, user_message: Message, context_limit_tokens:
     replace :func:`chat_system_prompt`."""
     config = settings.CONTEXT
     summary = chat.summary
-    earlier = Message.objects.filter(chat_id=chat.pk, id__lt=user_message.pk, superseded=False)
+    earlier = Message.objects.filter(
+        chat_id=chat.pk, id__lt=user_message.pk, superseded=False, moderation=Moderation.NONE
+    )
     if chat.summary_through_id is not None and chat.summary_through_id < user_message.pk:
         # The turns after the summary, and the chat's own system and developer messages, in one query.
         earlier = earlier.filter(Q(id__gt=chat.summary_through_id) | Q(role__in=SYSTEM_ROLES))

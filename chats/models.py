@@ -86,6 +86,16 @@ class MessageRole(models.TextChoices):
     """A tool's result answering an assistant's tool call (OpenAI's ``tool`` role; the chat template renders it)."""
 
 
+class Moderation(models.TextChoices):
+    """What a moderation pass did to a message (``runs.passes``): the strings are part of the API."""
+
+    NONE = "", "none"
+    REFUSED = "refused"
+    """A prompt the input pass flagged: kept in the chat as sent, never answered, never in a prompt."""
+    RETRACTED = "retracted"
+    """An answer the output pass stopped (finish reason ``content_filter``): its text withdrawn, never in a prompt."""
+
+
 class Message(models.Model):
     chat = models.ForeignKey(Chat, on_delete=models.CASCADE, related_name="messages")
     role = models.CharField(max_length=16, choices=MessageRole.choices)
@@ -96,6 +106,13 @@ class Message(models.Model):
         default=False,
         help_text="An earlier version of an answer (regenerated, or continued into a longer one): kept and listed "
         "with the current version, never in a prompt.",
+    )
+    moderation = models.CharField(
+        max_length=16,
+        choices=Moderation.choices,
+        blank=True,
+        default=Moderation.NONE,
+        help_text="Refused (a flagged prompt) or retracted (a flagged answer): shown as such, never in a prompt.",
     )
 
     class Meta:

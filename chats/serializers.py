@@ -106,7 +106,7 @@ class ChatExportSerializer(StrictSerializer):
 class MessageOutSerializer(serializers.ModelSerializer[Message]):
     class Meta:
         model = Message
-        fields = ["id", "chat", "role", "content", "token_count", "created_at"]
+        fields = ["id", "chat", "role", "content", "token_count", "created_at", "moderation"]
 
 
 class MessageCreateSerializer(StrictSerializer):

@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db.models import Q
 
 from chats.context import prompt_budget, rendered_token_count
-from chats.models import Chat, Message, MessageRole
+from chats.models import Chat, Message, MessageRole, Moderation
 from core.config import ContextConfig
 from deployments.tokenizer import apply_chat_template, count_tokens, get_tokenizer
 
@@ -85,7 +85,7 @@ def fold_split(roles: Sequence[str], *, keep_recent_turns: int) -> int:
 
 
 def _unsummarized(chat: Chat) -> Q:
-    condition = Q(chat_id=chat.pk, superseded=False) & ~Q(role=MessageRole.SYSTEM)
+    condition = Q(chat_id=chat.pk, superseded=False, moderation=Moderation.NONE) & ~Q(role=MessageRole.SYSTEM)
     if chat.summary_through_id is not None:
         condition &= Q(id__gt=chat.summary_through_id)
     return condition

@@ -406,3 +406,42 @@ def embedding_config_from_env() -> EmbeddingConfig:
         worker_max_batch=env.int("EMBEDDING_WORKER_MAX_BATCH", default=64),
         worker_threads=env.int("EMBEDDING_WORKER_THREADS", default=1),
     )
+
+
+@dataclass(frozen=True)
+class ModerationConfig:
+    """Content moderation (``moderation``, docs/moderation.md): the default backend, its threshold, the HTTP backend."""
+
+    backend: str
+    """The backend a tier's policy set to ``default`` uses, and ``/v1/moderations`` without ``model`` (or with
+    ``omni-moderation-latest``/``text-moderation-latest``): ``local`` (alt-profanity-check, in process) or ``http``
+    (a server speaking OpenAI's moderation API at ``MODERATION_HTTP_URL``)."""
+    threshold: float
+    """``/v1/moderations`` flags a category whose score is above this (a tier's policy has its own threshold)."""
+    http_url: str
+    """The HTTP backend's API base (``https://api.openai.com/v1``, or another server's ``.../v1``): it posts to
+    ``{url}/moderations``. Empty: the HTTP backend is not configured (choosing it is a 503)."""
+    http_key: str
+    """The HTTP backend's bearer token (empty: no ``Authorization`` header)."""
+    http_model: str
+    """The ``model`` the HTTP backend sends (empty: none, the server's default)."""
+    http_timeout_s: float
+    """How long the HTTP backend waits for its answer before the check fails (a 503 ``moderation_unavailable``)."""
+    policy_cache_s: float
+    """A process keeps a tier's moderation policy this long before reading it again (an admin's edit shows within
+    this time)."""
+    max_inputs: int
+    """The most texts one ``/v1/moderations`` request may hold."""
+
+
+def moderation_config_from_env() -> ModerationConfig:
+    return ModerationConfig(
+        backend=env.str("MODERATION_BACKEND", default="local"),
+        threshold=env.float("MODERATION_THRESHOLD", default=0.7),
+        http_url=env.str("MODERATION_HTTP_URL", default=""),
+        http_key=env.str("MODERATION_HTTP_KEY", default=""),
+        http_model=env.str("MODERATION_HTTP_MODEL", default=""),
+        http_timeout_s=env.float("MODERATION_HTTP_TIMEOUT_S", default=5.0),
+        policy_cache_s=env.float("MODERATION_POLICY_CACHE_S", default=5.0),
+        max_inputs=env.int("MODERATION_MAX_INPUTS", default=32),
+    )

@@ -49,9 +49,12 @@ class DomainError(Exception):
         code: str | None = None,
         status_code: int | None = None,
         headers: dict[str, str] | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
+        self.extra = extra or {}
+        """More for the client, next to ``code`` and ``message`` in the error body (the refused message's id)."""
         if code is not None:
             self.code = code
         if status_code is not None:
@@ -74,7 +77,7 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
         exc = too_large()
     if isinstance(exc, DomainError | JsonBodyError):
         return Response(
-            {"error": {"code": exc.code, "message": exc.message}},
+            {"error": {"code": exc.code, "message": exc.message, **getattr(exc, "extra", {})}},
             status=exc.status_code,
             headers=exc.headers,
         )

@@ -17,9 +17,6 @@ from django.db import models
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 """Model names and versions: letters, digits, ``.``, ``_``, ``-`` (never ``@``, which separates them)."""
 name_validator = RegexValidator(NAME_PATTERN, "Use letters, digits, '.', '_' and '-' only (no '@' or spaces).")
-AUTO_MODEL = "auto"
-"""What a client sends as ``model`` to let the router pick the deployment (``model_routing``); never a deployment's
-name (registration refuses it)."""
 MODEL_SPEC_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}(@[A-Za-z0-9][A-Za-z0-9._-]{0,99})?$"
 """What a client sends as ``model``: ``name`` or ``name@version`` (the API schema's ``pattern``)."""
 

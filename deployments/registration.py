@@ -36,7 +36,6 @@ from deployments.model_files import (
     write_staged,
 )
 from deployments.models import (
-    AUTO_MODEL,
     DeploymentKind,
     DeploymentStatus,
     ModelDeployment,
@@ -44,7 +43,7 @@ from deployments.models import (
     deployment_key,
     name_validator,
 )
-from deployments.selection import forget_cached
+from deployments.selection import AUTO_MODEL, forget_cached
 from deployments.verification import RegistrationError, folder_checksum, verify_model_folder
 
 __all__ = ["RegistrationError", "folder_checksum", "register_deployment", "verify_model_folder"]
@@ -66,7 +65,7 @@ def validate_registration(
     _validate_name("name", name)
     _validate_name("version", version)
     if name.lower() == AUTO_MODEL:
-        raise RegistrationError(f"'{name}' is reserved: model '{AUTO_MODEL}' asks the router to pick a deployment.")
+        raise RegistrationError(f"name '{name}' is reserved: 'model: \"{AUTO_MODEL}\"' asks the router to choose.")
     if source_kind not in SourceKind.values:
         raise RegistrationError(f"source_kind '{source_kind}' is not one of: {', '.join(SourceKind.values)}.")
     if isinstance(traffic_weight, bool) or not isinstance(traffic_weight, int) or not 0 <= traffic_weight <= 100:

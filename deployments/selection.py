@@ -26,7 +26,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.conf import settings
@@ -37,6 +37,8 @@ from generation.worker_contract import ready_worker_counts
 
 _NAME = re.compile(NAME_PATTERN)
 RETRY_AFTER_S = 5
+AUTO_MODEL = "auto"
+"""``model: "auto"``: the router (a pass around the run, ``runs.passes``) picks the deployment per prompt."""
 
 
 class ModelNotFound(DomainError):
@@ -88,6 +90,11 @@ class Served:
     local_path: str
     engine_args: dict[str, Any] = field(default_factory=dict)
     kind: str = DeploymentKind.GENERATE
+    auto: bool = False
+    """Resolved from ``model: "auto"``: a stand-in (the default deployment, for tokenizing the request) that the
+    routing pass replaces with the deployment it picks."""
+    defaulted: bool = False
+    """Resolved from no ``model`` at all (the default deployment): a tier whose default is ``auto`` routes it."""
 
     @property
     def key(self) -> str:
@@ -180,11 +187,12 @@ def default_deployment() -> Served | None:
 
 
 def available_models(kind: str | None = None) -> list[str]:
-    """What a client may send: each name with a ready version, and each ready ``name@version`` (of ``kind``
-    only, when given)."""
+    """What a client may send: each name with a ready version, each ready ``name@version`` (of ``kind`` only, when
+    given), then ``auto`` (the router's choice) while a text-generation model is ready."""
     ready = [d for d in served_deployments() if d.is_ready and kind in (None, d.kind)]
     names = sorted({d.name for d in ready})
-    return names + sorted(d.key for d in ready)
+    generates = kind in (None, DeploymentKind.GENERATE) and any(d.kind == DeploymentKind.GENERATE for d in ready)
+    return names + sorted(d.key for d in ready) + ([AUTO_MODEL] if generates else [])
 
 
 def parse_model(spec: str) -> tuple[str, str | None]:
@@ -218,10 +226,14 @@ def check_kind(spec: str, versions: list[Served], kind: str) -> None:
 def resolve_model(spec: str | None, *, rng: random.Random | None = None, kind: str = DeploymentKind.GENERATE) -> Served:
     """The deployment that serves a run for ``spec`` (see the module doc for the rules and the errors); ``kind``:
     what the request needs (an ``embed`` request names its model: there is no default embedding model)."""
-    if spec is None or not spec.strip():
+    auto = spec is not None and spec.strip().lower() == AUTO_MODEL
+    if spec is None or not spec.strip() or auto:
         default = default_deployment()
         if default is None:
             raise ModelUnavailable("No default model is configured: name one with 'model'.")
+        if kind == DeploymentKind.GENERATE:
+            stand_in = resolve_model(default.name, rng=rng)
+            return replace(stand_in, auto=True) if auto else replace(stand_in, defaulted=True)
         spec = default.name
     name, version = parse_model(spec)
     versions = [d for d in served_deployments() if d.name == name]
@@ -239,6 +251,8 @@ def check_model(spec: str) -> str:
     spec = spec.strip()
     if not spec:
         return ""
+    if spec.lower() == AUTO_MODEL:
+        return AUTO_MODEL
     name, version = parse_model(spec)
     live = (DeploymentStatus.RETIRED, DeploymentStatus.FAILED, DeploymentStatus.DRAINING)
     versions = [d for d in served_deployments() if d.name == name and d.status not in live]

@@ -15,6 +15,8 @@ class EngineFinishReason(StrEnum):
     """``max_tokens`` (or the context window) was reached."""
     ABORT = "abort"
     """The request was aborted (a cancel, or the worker shutting down)."""
+    CONTENT_FILTER = "content_filter"
+    """Not the engine's: the output moderation pass flagged the answer and the worker aborted the request."""
 
 
 @dataclass(frozen=True)
@@ -31,3 +33,5 @@ class GenerationResult:
     output_tokens: int
     """The whole answer's tokens, earlier attempts' included."""
     finish_reason: EngineFinishReason
+    passes: tuple[dict[str, object], ...] = ()
+    """Records of the passes on the stream (``runs.passes``: the output moderation's), added to ``Run.passes``."""

@@ -12,6 +12,7 @@ from typing import Any
 
 import redis
 
+from inference_workers.output_moderation import OutputGuard
 from runs.streaming.contract import RunStreamWriter, StreamedAnswer, StreamEvent
 
 logger = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ class DeltaCoalescer:
         outage_limit_s: float = 10.0,
         retry_s: float = 0.25,
         logprobs: bool = False,
+        guard: OutputGuard | None = None,
     ) -> None:
         self.writer = writer
         self.interval_s = interval_s
@@ -73,6 +75,11 @@ class DeltaCoalescer:
         self.outage_limit_s = outage_limit_s
         self.retry_s = retry_s
         self.logprobs = logprobs
+        self.guard = guard
+        """The output moderation pass, when the run's tier checks its answer: in ``holdback`` mode nothing is
+        written until a window is buffered and checked; in ``retract`` mode each window is checked once written.
+        Either raises :class:`~inference_workers.output_moderation.OutputFlagged` from :meth:`add`, :meth:`flush`
+        or :meth:`drain`."""
         self.parts: list[_Part] = []
         """Deltas not yet in the stream."""
         self.text_parts: list[str] = []
@@ -113,16 +120,23 @@ class DeltaCoalescer:
         self.text_parts.append(text)
         self.logprob_entries.extend(entries)
         self.tokens += tokens
+        if self._holding_back():
+            return
         if self.flushes == 0 or self.buffered_tokens >= self.max_tokens:
             self.flush()
         else:
             self.flush_if_due()
 
+    def _holding_back(self) -> bool:
+        """In ``holdback`` mode, until a window of tokens is buffered (then it is checked and written)."""
+        guard = self.guard
+        return guard is not None and guard.holds_back and self.buffered_tokens < guard.window
+
     def wait_s(self) -> float:
         """How long the generation loop may wait for the next delta: until a buffered flush is due, else
         ``IDLE_WAIT_S`` (a thread per run waking every flush interval for nothing was most of a worker's CPU
         between tokens)."""
-        if not self.parts:
+        if not self.parts or self._holding_back():
             return IDLE_WAIT_S
         due = self.last_flush + self.interval_s()
         if self._down_since is not None:  # Redis is out: the next try, not a spin until it is back
@@ -130,7 +144,7 @@ class DeltaCoalescer:
         return max(0.001, due - time.monotonic())
 
     def flush_if_due(self) -> None:
-        if self.parts and time.monotonic() - self.last_flush >= self.interval_s():
+        if self.parts and not self._holding_back() and time.monotonic() - self.last_flush >= self.interval_s():
             self.flush()
 
     def flush(self) -> None:
@@ -156,13 +170,18 @@ class DeltaCoalescer:
             self._down_since = None
 
     def drain(self) -> None:
-        """Flushes what is buffered, waiting out a Redis outage (up to the limit, then :class:`StreamLost`)."""
+        """Flushes what is buffered, waiting out a Redis outage (up to the limit, then :class:`StreamLost`); the
+        guard's last window is checked (before it is written in ``holdback`` mode, after in ``retract`` mode)."""
         self.flush()
         while self.parts:
             time.sleep(self.retry_s)
             self.flush()
+        if self.guard is not None:
+            self.guard.check(self.text)
 
     def _append_buffered(self) -> None:
+        if self.guard is not None and self.guard.holds_back:
+            self.guard.check(self.text)  # the window before it is written: a flagged one never is
         count = len(self.parts)
         text = "".join(part.text for part in self.parts)
         data: dict[str, Any] = {"text": text, "tokens": self.buffered_tokens}
@@ -177,8 +196,11 @@ class DeltaCoalescer:
                 self._unsure = (self.writer.seq + 1, count)
                 raise
             self.flushes += 1
+        tokens = sum(part.tokens for part in self.parts[:count])
         del self.parts[:count]
         self.last_flush = time.monotonic()
+        if self.guard is not None and not self.guard.holds_back:
+            self.guard.written(self.text, tokens)  # checks behind, once a window of new text is out
 
     def _resume(self) -> None:
         """The first write after Redis errors: is the run still ours, and what does its stream hold?"""

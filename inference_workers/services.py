@@ -34,12 +34,15 @@ from typing import TypeVar
 from django.conf import settings
 from django.db import connection
 from django.utils import timezone
+from moderation.selectors import moderation_policy
+from moderation.services import violation_record
 
 from core.db_executor import CONNECTION_ERRORS
 from generation.result import EngineFinishReason, GenerationResult
 from generation.sampling import SamplingSpec
 from inference_workers.coalescer import DeltaCoalescer, StreamLost
 from inference_workers.engine.base import EngineDead, EngineError, GenerationDelta, GenerationRequest
+from inference_workers.output_moderation import OutputFlagged, output_guard
 from inference_workers.prompting import build_run_prompt
 from inference_workers.runtime import ActiveRun, WorkerRuntime
 from runs.lifecycle import run_fail, run_finish, run_handoff, run_mark_first_token, run_mark_streaming
@@ -264,9 +267,12 @@ class GenerationAttempt:
             # Past the lease's TTL without Redis the lease is gone: the run is the reaper's to requeue.
             outage_limit_s=float(settings.WORKERS.heartbeat_ttl_s),
             logprobs=request.sampling.logprobs is not None,
+            guard=output_guard(moderation_policy(tier=self.run.tier)),
         )
         if self.resumed is not None:
             coalescer.seed(self.resumed)
+            if coalescer.guard is not None:  # read by the attempt that streamed it
+                coalescer.guard.checked_chars = len(self.resumed.text)
         return coalescer
 
     def _generate_into(
@@ -299,8 +305,24 @@ class GenerationAttempt:
         except EngineError as exc:
             coalescer.drain()
             return _Ended(self._fail(f"The engine failed: {exc}"))
-        coalescer.drain()
+        except OutputFlagged as flagged:
+            self._retract(request, flagged)
+            return None
+        try:
+            coalescer.drain()
+        except OutputFlagged as flagged:  # the last window
+            self._retract(request, flagged)
         return None
+
+    def _retract(self, request: GenerationRequest, flagged: OutputFlagged) -> None:
+        """The output moderation pass flagged the answer: the engine stops, the stream says ``retract`` (clients
+        drop the text they show), and :meth:`result` ends the run ``content_filter`` with its message withdrawn."""
+        self.runtime.host.abort(request.request_id)
+        categories = sorted(name for name, hit in flagged.verdict.categories.items() if hit)
+        self.writer.append(StreamEvent.RETRACT, {"categories": categories})
+        self.finish_reason = EngineFinishReason.CONTENT_FILTER
+        self.handed_off = False
+        logger.info("run %s: output flagged (%s); the answer is retracted", self.run_id, ", ".join(categories))
 
     def _take(self, delta: GenerationDelta, coalescer: DeltaCoalescer, *, request: GenerationRequest) -> None:
         """One engine delta: counted, handed to the coalescer, and the first token recorded."""
@@ -342,11 +364,13 @@ class GenerationAttempt:
     def _answer(self, finish_reason: EngineFinishReason) -> GenerationResult:
         """The run's result, whichever way the attempt ends it (the one place one is built): the whole answer
         (the earlier attempts' text this one continues, then its own) and its tokens, the run's input tokens."""
+        guard = self.coalescer.guard if self.coalescer is not None else None
         return GenerationResult(
             text=self.text,
             input_tokens=self.input_tokens,
             output_tokens=self.resumed_tokens + self.output_tokens,
             finish_reason=finish_reason,
+            passes=(guard.record(),) if guard is not None else (),
         )
 
     def _finish(self, finish_reason: EngineFinishReason) -> RunStatus | None:
@@ -359,6 +383,20 @@ class GenerationAttempt:
         if finished is None:
             logger.warning("run %s: attempt %s was superseded; its result is dropped", self.run_id, self.attempt)
             return None
+        guard = self.coalescer.guard if self.coalescer is not None else None
+        if guard is not None and guard.flagged is not None:
+            flagged = guard.flagged
+            _with_db_retry(
+                lambda: violation_record(
+                    user=finished.user,
+                    tier=finished.tier,
+                    direction="output",
+                    verdict=flagged,
+                    message_id=finished.assistant_message_id,
+                ),
+                run_id=self.run_id,
+                what="recording its violation",
+            )
         return RunStatus(finished.status)
 
     def _fail(self, error: str) -> RunStatus | None:

@@ -216,7 +216,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
     if isinstance(created, HttpResponse):
         return created
     parsed, runs = created
-    model = parsed.model  # echoed as sent, as vLLM's server does
+    model = formats.answered_model(parsed.model, runs)
     if parsed.stream:
         return _event_stream(_chat_chunks(runs, parsed, model=model), runs)
     completions = await _collected(runs)
@@ -313,7 +313,7 @@ async def completions(request: HttpRequest) -> HttpResponseBase:
     if isinstance(created, HttpResponse):
         return created
     parsed, runs = created
-    model = parsed.model  # echoed as sent, as vLLM's server does
+    model = formats.answered_model(parsed.model, runs)
     if parsed.stream:
         return _event_stream(_text_chunks(runs, parsed, model=model), runs)
     completions_ = await _collected(runs)

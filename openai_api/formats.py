@@ -12,6 +12,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from deployments.selection import AUTO_MODEL, deployment_by_id
 from openai_api.service_tier import answered_service_tier
 from openai_api.streaming import Completion, Piece
 from runs.models import Run
@@ -167,3 +168,12 @@ def text_body(
         for index, (text, completion) in enumerate(zip(texts, completions, strict=True))
     ]
     return {**envelope(runs, model, TEXT, choices), "usage": usage(completions, prompts=prompts)}
+
+
+def answered_model(asked: str, runs: Sequence[Run]) -> str:
+    """The answer's ``model``: as sent, as vLLM's server echoes it; for ``auto``, the ``name@version`` the router
+    picked (the first choice's: every choice of a call is routed alike)."""
+    if asked.strip().lower() != AUTO_MODEL or not runs:
+        return asked
+    served = deployment_by_id(runs[0].deployment_id)
+    return served.key if served is not None else runs[0].model

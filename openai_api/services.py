@@ -27,7 +27,7 @@ from openai_api.service_tier import service_tier_for
 from openai_api.tools.prompt import history_with_tools
 from runs.models import PromptMode, Run
 from runs.selectors import prompt_cache_key_worker
-from runs.services import SamplingRequest, run_cancel, run_create
+from runs.services import SamplingRequest, prompt_plan, run_cancel, run_create
 
 
 def _choice_spec(spec: SamplingSpec, index: int) -> SamplingSpec:
@@ -59,6 +59,16 @@ def chat_completion_create(*, user: User, request: ChatCompletionRequest, deploy
     sampling = request.sampling
     history = history_with_tools(request.history, request.tools)  # the tools' listing, where the template has none
     history_tokens = [count_tokens(content) for _, content in history]
+    plan = prompt_plan(  # once for all the choices: a refusal writes nothing of the call's
+        user=user,
+        tier=tier,
+        content=request.prompt,
+        served=deployment,
+        max_tokens=sampling.max_tokens,
+        tools=request.tools.tools or None,
+        spec=sampling.spec,
+        history_tokens=sum(history_tokens),
+    )
     runs: list[Run] = []
     with transaction.atomic():
         for index in range(sampling.n):
@@ -85,6 +95,7 @@ def chat_completion_create(*, user: User, request: ChatCompletionRequest, deploy
                     metadata=options.metadata,
                     store=options.store,
                     prompt_cache_key=options.prompt_cache_key,
+                    plan=plan,
                 )
             )
     return runs
@@ -93,9 +104,13 @@ def chat_completion_create(*, user: User, request: ChatCompletionRequest, deploy
 def text_completion_create(*, user: User, request: CompletionRequest, deployment: Served) -> list[Run]:
     """The call's runs: prompt ``p``'s choice ``j`` at index ``p * n + j`` (vLLM's order), on ``deployment``."""
     sampling = request.sampling
+    plans = [  # each prompt's passes once, before anything is written
+        prompt_plan(user=user, tier=user.tier, content=prompt, served=deployment, max_tokens=sampling.max_tokens)
+        for prompt in request.prompts
+    ]
     runs: list[Run] = []
     with transaction.atomic():
-        for prompt in request.prompts:
+        for prompt, plan in zip(request.prompts, plans, strict=True):
             for index in range(sampling.n):
                 chat = Chat.objects.create(owner=user, title=title_from_text(prompt), origin=ChatOrigin.API)
                 runs.append(
@@ -109,6 +124,7 @@ def text_completion_create(*, user: User, request: CompletionRequest, deployment
                         prompt_mode=PromptMode.RAW,
                         end_user=sampling.end_user,
                         deployment=deployment,
+                        plan=plan,
                     )
                 )
     return runs

@@ -8,6 +8,10 @@ formats (chat or text completion) are in ``openai_api.formats``. What differs fr
 - No ``reset``: OpenAI's stream cannot take text back. When a worker died and generation restarted, the text
   already sent is skipped as long as the new generation repeats it (greedy decoding does); if it diverges,
   the stream ends with an error event rather than with a wrong answer.
+- No ``retract`` either: when the output moderation pass withdraws an answer (``runs.passes``), the choice ends
+  with finish reason ``content_filter`` (OpenAI's) and a collected answer's content is empty, as the stored message
+  is; a streamed one's chunks already sent are the client's to discard (a tier whose policy holds back a window
+  sends none of the flagged text).
 - The first chunk of a choice goes out with its first token (as vLLM and OpenAI send it), so a client's time
   to first token is the real one; keep-alive comments fill the wait before it.
 """
@@ -93,7 +97,14 @@ def _end(data: dict[str, Any], completion: Completion) -> None:
     status = data.get("status")
     if status == RunStatus.DONE:
         # OpenAI's finish reasons: "length" when max_tokens cut the answer, else "stop".
-        completion.finish_reason = "length" if data.get("finish_reason") == FinishReason.LENGTH else "stop"
+        reason = data.get("finish_reason")
+        completion.finish_reason = (
+            "length"
+            if reason == FinishReason.LENGTH
+            else "content_filter"
+            if reason == FinishReason.CONTENT_FILTER
+            else "stop"
+        )
         usage = data.get("usage") or {}
         completion.prompt_tokens = int(usage.get("input_tokens", 0))
         completion.completion_tokens = int(usage.get("output_tokens", 0))
@@ -120,6 +131,8 @@ async def follow_run(run: Run, completion: Completion) -> AsyncIterator[Piece | 
         for entry in item.entries:
             if entry.event == StreamEvent.RESET:
                 follower.reset()
+            elif entry.event == StreamEvent.RETRACT:  # chunks sent cannot be taken back: the finish says it
+                completion.text, completion.logprobs = "", []
             elif entry.event == StreamEvent.DELTA:
                 try:
                     text, logprobs = follower.add(entry.data.get("text", ""), list(entry.data.get("logprobs", [])))

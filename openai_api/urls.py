@@ -9,6 +9,7 @@ from django.urls import path
 
 from openai_api.apis import chat_completions, completions, models
 from openai_api.embeddings import embeddings
+from openai_api.moderations import moderations
 from openai_api.responses.apis import response_detail, response_input_items, responses
 
 urlpatterns = [
@@ -19,6 +20,7 @@ urlpatterns = [
     path("v1/responses/<str:public_id>", response_detail, name="openai-response"),
     path("v1/responses/<str:public_id>/input_items", response_input_items, name="openai-response-input-items"),
     path("v1/embeddings", embeddings, name="openai-embeddings"),
+    path("v1/moderations", moderations, name="openai-moderations"),
 ]
 
 STREAM_PATHS: tuple[str, ...] = ("/v1/chat/completions", "/v1/completions", "/v1/responses")

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from chats.models import Chat, ChatOrigin, Message, MessageRole
+from chats.models import Chat, ChatOrigin, Message, MessageRole, Moderation
 from chats.summary_schedule import chat_summary_schedule_after_turn
 from deployments.models import DeploymentStatus
 from deployments.selection import ModelNotFound, ModelUnavailable, Served, forget_cached, resolve_model
@@ -35,6 +35,7 @@ _ENGINE_FINISH = {
     EngineFinishReason.STOP: FinishReason.STOP,
     EngineFinishReason.LENGTH: FinishReason.LENGTH,
     EngineFinishReason.ABORT: FinishReason.CANCELLED,
+    EngineFinishReason.CONTENT_FILTER: FinishReason.CONTENT_FILTER,
 }
 
 
@@ -71,6 +72,9 @@ def run_end(
         run.input_tokens = result.input_tokens
         run.output_tokens = result.output_tokens
         fields += ["input_tokens", "output_tokens"]
+        if result.passes:
+            run.passes = [*run.passes, *result.passes]
+            fields.append("passes")
     if message is not None:
         run.assistant_message = message
         fields.append("assistant_message")
@@ -226,6 +230,8 @@ def run_finish(*, run_id: int, attempt: int, result: GenerationResult) -> Run | 
 
 def _answer_fields(run: Run, result: GenerationResult) -> dict[str, object]:
     """The stored answer: the generated text, after the replaced answer's when the run continues it."""
+    if result.finish_reason == EngineFinishReason.CONTENT_FILTER:  # withdrawn: as the stream's `retract` shows it
+        return {"content": "", "token_count": 0, "moderation": Moderation.RETRACTED}
     if run.revision == Revision.CONTINUE and run.replaces is not None:
         return {
             "content": run.replaces.content + result.text,

@@ -42,6 +42,8 @@ class FinishReason(models.TextChoices):
     LENGTH = "length"
     CANCELLED = "cancelled"
     ERROR = "error"
+    CONTENT_FILTER = "content_filter"
+    """The output moderation pass stopped it: the answer is retracted (``runs.passes``)."""
 
 
 class PromptMode(models.TextChoices):
@@ -143,6 +145,12 @@ class Run(models.Model):
         on_delete=models.SET_NULL,
         related_name="+",
         help_text="The answer this run regenerates or continues; superseded once this run stores its own.",
+    )
+    passes = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="What each pass around the run decided, in order (runs.passes): routing, moderation, the cache; "
+        "each with its decision, its cost in ms and its scores.",
     )
     input_tokens = models.PositiveIntegerField(default=0)
     output_tokens = models.PositiveIntegerField(default=0)

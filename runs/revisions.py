@@ -17,14 +17,15 @@ from django.utils import timezone
 
 from accounts.limits import user_limits
 from accounts.models import User
-from chats.models import Chat, Message, MessageRole
+from chats.models import Chat, Message, MessageRole, Moderation
 from core.errors import ConflictError
 from deployments.selection import resolve_model
 from generation.sampling import SamplingSpec
 from runs.models import ACTIVE_STATUSES, FinishReason, PromptMode, Revision, Run, RunStatus
+from runs.passes.pipeline import ROUTE_ONLY, prompt_passes
 from runs.queueing import run_enqueue
 from runs.quota import quota_reserve
-from runs.services import run_in_progress_error
+from runs.services import prompt_facts, run_in_progress_error
 
 CONTINUABLE = (FinishReason.LENGTH, FinishReason.CANCELLED)
 TEMPLATE_MARGIN_TOKENS = 32
@@ -56,6 +57,11 @@ def _target(*, chat_id: int, user: User) -> _Target:
     )
     if last is None:
         raise ConflictError("This chat has no prompt to answer again.", code="nothing_to_revise")
+    if last.moderation == Moderation.REFUSED:
+        raise ConflictError(
+            "The chat's last prompt was refused by moderation and is never answered: post another one.",
+            code="prompt_refused",
+        )
     if last.role == MessageRole.ASSISTANT:
         previous = Run.objects.select_related("user_message").filter(assistant_message=last).first()
         if previous is None:
@@ -119,6 +125,19 @@ def _revise(target: _Target, *, user: User, revision: Revision) -> Run:
         spec = dataclasses.replace(spec, seed=None)
         if chat.temperature is not None:
             spec = dataclasses.replace(spec, temperature=chat.temperature)
+    plan = prompt_passes(  # an `auto` chat is routed again; its prompt was moderated when it was posted
+        prompt_facts(
+            user=user,
+            tier=tier,
+            content=target.prompt.content,
+            served=served,
+            max_tokens=max_tokens,
+            tools=previous.tools if previous is not None else None,
+            spec=spec,
+        ),
+        ROUTE_ONLY,
+    )
+    served = plan.served
     ticket = quota_reserve(user=user, limits=limits, input_tokens=max(1, input_tokens), max_tokens=max_tokens)
     run = Run(
         chat=chat,
@@ -136,6 +155,7 @@ def _revise(target: _Target, *, user: User, revision: Revision) -> Run:
         reserved_tokens=ticket.cost,
         revision=revision,
         replaces=target.answer,
+        passes=plan.records_json(),
     )
     try:
         with transaction.atomic():

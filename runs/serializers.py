@@ -62,6 +62,7 @@ class RunOutSerializer(serializers.ModelSerializer[Run]):
             "assistant_message",
             "model",
             "deployment",
+            "passes",
             "recovery",
             "resumed_tokens",
             "revision",

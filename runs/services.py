@@ -11,19 +11,23 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from accounts.limits import EffectiveLimits, user_limits
 from accounts.models import Tier, User
 from chats.context import message_fit_check
-from chats.models import Chat, Message, MessageRole
+from chats.models import Chat, Message, MessageRole, Moderation
 from chats.services import title_from_text
 from core.errors import ConflictError, DomainError
 from deployments.selection import Served, resolve_model
-from deployments.tokenizer import using_model
+from deployments.tokenizer import count_tokens, using_model
 from generation.sampling import SamplingError, SamplingSpec, check_sampling
 from generation.worker_contract import signal_cancel
 from runs.lifecycle import run_end
 from runs.models import ACTIVE_STATUSES, PromptMode, Run, RunStatus
+from runs.passes import PromptFacts, PromptPlan, PromptRefused
+from runs.passes.moderate_input import refusal_record
+from runs.passes.pipeline import prompt_passes
 from runs.prompt_insert import prompt_insert
 from runs.queueing import run_enqueue
 from runs.quota import quota_reserve
@@ -68,6 +72,7 @@ def run_create(
     metadata: dict[str, str] | None = None,
     store: bool = True,
     prompt_cache_key: str = "",
+    plan: PromptPlan | None = None,
 ) -> Run:
     """Stores the user's message and a queued run in the user's chat ``chat_id``; hands the run on after commit.
 
@@ -87,9 +92,32 @@ def run_create(
     keeps for its next runs (written by the same statement; None: the chat's stays). ``service_tier``: the tier the
     run is queued and scheduled on (its queue, priority and prompt budget; None: the user's), admission and the caps
     staying the user's. ``metadata``, ``store`` and ``prompt_cache_key`` are stored on the run as given.
+
+    The passes before the queue (``runs.passes``: input moderation, routing, the cache) run first, unless the
+    caller ran them already for this prompt (``plan``: an API call with several choices runs them once). A prompt
+    they refuse is kept in the chat as a refused message (when this call ran them) and answered with
+    :class:`~runs.passes.PromptRefused`: nothing is queued or charged.
     """
     sampling = sampling or SamplingRequest()
     served = deployment or resolve_model(None)  # 404/503 before anything is counted or written
+    if plan is None:
+        tier = service_tier or user.tier
+        try:
+            plan = prompt_passes(
+                prompt_facts(
+                    user=user,
+                    tier=tier,
+                    content=content,
+                    served=served,
+                    max_tokens=sampling.max_tokens or settings.CHAT_LIMITS.default_max_tokens,
+                    tools=tools,
+                    spec=sampling.spec,
+                )
+            )
+        except PromptRefused as refused:
+            prompt_refuse(chat_id=chat_id, user=user, tier=tier, content=content, role=prompt_role, refused=refused)
+            raise
+    served = plan.served
     with using_model(served.local_path):
         return _run_create(
             chat_id=chat_id,
@@ -107,7 +135,89 @@ def run_create(
             metadata=metadata or {},
             store=store,
             prompt_cache_key=prompt_cache_key,
+            passes=plan.records_json(),
         )
+
+
+def prompt_facts(
+    *,
+    user: User,
+    tier: Tier,
+    content: str,
+    served: Served,
+    max_tokens: int,
+    tools: list[dict[str, object]] | None,
+    spec: SamplingSpec,
+    history_tokens: int = 0,
+) -> PromptFacts:
+    """What the passes before the queue see of a prompt (its tokens counted with ``served``'s tokenizer)."""
+
+    def tokens(text: str) -> int:
+        with using_model(served.local_path):
+            return count_tokens(text)
+
+    return PromptFacts(
+        user=user,
+        tier=tier,
+        content=content,
+        served=served,
+        max_tokens=max_tokens,
+        has_tools=bool(tools),
+        structured=spec.structured_outputs is not None or spec.constraint is not None,
+        count_tokens=tokens,
+        history_tokens=history_tokens,
+    )
+
+
+def prompt_plan(
+    *,
+    user: User,
+    tier: Tier,
+    content: str,
+    served: Served,
+    max_tokens: int | None,
+    tools: list[dict[str, object]] | None = None,
+    spec: SamplingSpec | None = None,
+    history_tokens: int = 0,
+) -> PromptPlan:
+    """The passes before the queue for a prompt whose chat the caller writes itself in a transaction of its own (an
+    API call: once for all its choices), to hand to :func:`run_create` as ``plan``. A refusal is recorded as a
+    violation without a message (the call's chat is never written: its transaction does not begin) and raised."""
+    try:
+        return prompt_passes(
+            prompt_facts(
+                user=user,
+                tier=tier,
+                content=content,
+                served=served,
+                max_tokens=max_tokens or settings.CHAT_LIMITS.default_max_tokens,
+                tools=tools,
+                spec=spec or SamplingSpec(),
+                history_tokens=history_tokens,
+            )
+        )
+    except PromptRefused as refused:
+        refusal_record(user=user, tier=tier, refused=refused, message_id=None)
+        raise
+
+
+def prompt_refuse(
+    *, chat_id: int, user: User, tier: Tier, content: str, role: MessageRole, refused: PromptRefused
+) -> Message | None:
+    """Keeps a refused prompt in the user's chat ``chat_id`` as a refused message (never answered, never in a
+    prompt) with its violation record, and names it in the refusal (``message_id``); None when the chat is not the
+    user's (the caller's 404 follows from the refusal all the same: nothing is written)."""
+    with transaction.atomic():
+        chat = Chat.objects.select_for_update().filter(pk=chat_id, owner=user).first() if 0 < chat_id < 2**63 else None
+        if chat is None:
+            return None
+        message = Message.objects.create(
+            chat=chat, role=role, content=content, token_count=0, moderation=Moderation.REFUSED
+        )
+        Chat.objects.filter(pk=chat.pk).update(updated_at=timezone.now(), title=chat.title or title_from_text(content))
+        refusal_record(user=user, tier=tier, refused=refused, message_id=message.pk)
+    refused.extra["message_id"] = message.pk
+    return message
 
 
 def _run_create(
@@ -127,6 +237,7 @@ def _run_create(
     metadata: dict[str, str],
     store: bool,
     prompt_cache_key: str,
+    passes: list[dict[str, object]],
 ) -> Run:
     limits = user_limits(user=user)  # once per prompt: the cap, admission, then the scheduler's weight
     max_tokens = _resolve_max_tokens(limits=limits, requested=sampling.max_tokens)
@@ -164,6 +275,7 @@ def _run_create(
         metadata=metadata,
         store=store,
         prompt_cache_key=prompt_cache_key,
+        passes=passes,
     )
     try:
         written = prompt_insert(

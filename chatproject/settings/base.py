@@ -15,6 +15,7 @@ from core.config import (
     embedding_config_from_env,
     engine_config_from_env,
     env,
+    moderation_config_from_env,
     outage_config_from_env,
     scheduler_config_from_env,
     stream_config_from_env,
@@ -47,6 +48,7 @@ INSTALLED_APPS = [
     "deployments",
     "model_routing",
     "chats",
+    "moderation",
     "runs",
     "feedback",
     "rollouts",
@@ -175,6 +177,7 @@ parse_gates(SCHEDULER.gates_spec)  # a malformed SCHED_GATES fails at start, not
 CONTEXT = context_config_from_env()
 OUTAGES = outage_config_from_env()
 EMBEDDINGS = embedding_config_from_env()
+MODERATION = moderation_config_from_env()
 
 # One stderr handler for every process (web, dispatcher, workers: see chatproject/celery.py); docs/operations.md "Logs".
 LOG_FORMAT = env.str("LOG_FORMAT", default="plain")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from openai_api.formats import answered_model
 from openai_api.responses.models import ResponseRecord
 from openai_api.service_tier import answered_service_tier
 from openai_api.tools.calls import tool_calls_from_text
@@ -146,7 +147,7 @@ def response_object(
         "instructions": asked.get("instructions"),
         "max_output_tokens": asked.get("max_output_tokens"),
         "max_tool_calls": None,
-        "model": asked.get("model", run.model),
+        "model": answered_model(asked.get("model", run.model), [run]),
         "output": output,
         "parallel_tool_calls": asked.get("parallel_tool_calls", True),
         "previous_response_id": asked.get("previous_response_id"),

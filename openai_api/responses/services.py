@@ -42,7 +42,7 @@ from openai_api.services import check_message_count
 from openai_api.tools.prompt import history_with_tools
 from runs.models import PromptMode
 from runs.selectors import prompt_cache_key_worker
-from runs.services import SamplingRequest, chat_delete, run_create
+from runs.services import SamplingRequest, chat_delete, prompt_plan, run_create
 
 
 def new_response_id() -> str:
@@ -131,6 +131,15 @@ def response_create(
         _check_fits(user=user, request=request, turns=turns)
     tier = service_tier_for(user=user, requested=request.service_tier)
     worker = prompt_cache_key_worker(user=user, prompt_cache_key=request.prompt_cache_key)
+    plan = prompt_plan(  # a refusal writes nothing of the call's
+        user=user,
+        tier=tier,
+        content=chat_request.prompt,
+        served=deployment,
+        max_tokens=sampling.max_tokens,
+        tools=chat_request.tools.tools or None,
+        spec=sampling.spec,
+    )
     with transaction.atomic():
         chat = Chat.objects.create(
             owner=user, title=title_from_text(chat_request.prompt), origin=ChatOrigin.API, last_worker=worker
@@ -154,6 +163,7 @@ def response_create(
             metadata=request.metadata,
             store=request.store,
             prompt_cache_key=request.prompt_cache_key,
+            plan=plan,
         )
         public_id = new_response_id()
         record = ResponseRecord.objects.create(

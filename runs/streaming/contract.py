@@ -10,7 +10,8 @@ counted it) on an attempt's first delta, plus ``"logprobs"`` when the run asked 
 (``SamplingSpec.logprobs``): one entry per generated token, in OpenAI's shape,
 ``{"token": str, "logprob": float, "bytes": [int], "top_logprobs": [{"token", "logprob", "bytes"}]}``.
 
-A ``reset`` empties the text shown so far (an attempt that starts the answer over). An attempt that instead goes
+A ``reset`` empties the text shown so far (an attempt that starts the answer over); a ``retract`` too, for good
+(the output moderation pass flagged the answer). An attempt that instead goes
 on from the text so far (its worker died or drained mid-answer) writes no ``reset``: its ``status`` event carries
 ``"continued_from_tokens"`` and its deltas follow the earlier ones (:func:`streamed_answer` reads that text).
 """
@@ -34,6 +35,9 @@ class StreamEvent(StrEnum):
     DELTA = "delta"
     STATUS = "status"
     RESET = "reset"
+    RETRACT = "retract"
+    """The output moderation pass withdrew the answer (``{"categories": [...]}``): clients drop its text; the run
+    ends ``done`` with finish reason ``content_filter`` and a retracted (empty) stored message."""
     DONE = "done"
     ERROR = "error"
 

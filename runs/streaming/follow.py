@@ -19,7 +19,7 @@ import redis
 from django.conf import settings
 
 from core.db_executor import db_read
-from runs.models import Run, RunStatus
+from runs.models import FinishReason, Run, RunStatus
 from runs.streaming.contract import StreamEntry, StreamEvent, run_terminal_event
 from runs.streaming.drain import draining
 from runs.streaming.relay import Entry, Relay, get_relay, is_terminal
@@ -52,7 +52,10 @@ def final_state_entries(run: Run, *, after_seq: int) -> list[StreamEntry]:
     """The finished run as stream entries rebuilt from Postgres, numbered after ``after_seq``."""
     entries: list[StreamEntry] = []
     seq = after_seq
-    if after_seq > 0:
+    if run.finish_reason == FinishReason.CONTENT_FILTER:  # the same decision the live stream made: withdrawn
+        seq += 1
+        entries.append(StreamEntry(seq=seq, event=StreamEvent.RETRACT, data={}))
+    elif after_seq > 0:
         seq += 1
         entries.append(StreamEntry(seq=seq, event=StreamEvent.RESET, data={}))
     message = run.assistant_message

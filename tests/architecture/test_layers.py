@@ -24,6 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("deployments",),
     ("model_routing",),
     ("chats",),
+    ("moderation",),
     ("runs",),
     ("feedback",),
     ("rollouts",),

@@ -14,7 +14,7 @@ from rest_framework.authtoken.models import Token
 
 from accounts.models import User
 from chats.models import Chat
-from deployments.models import DeploymentStatus, ModelDeployment
+from deployments.models import DeploymentKind, DeploymentStatus, ModelDeployment
 from deployments.selection import (
     InvalidModel,
     ModelNotFound,
@@ -96,8 +96,9 @@ def test_an_unknown_or_unserved_version_is_model_not_found(status: str) -> None:
         with pytest.raises(ModelNotFound) as refused:
             resolve_model(spec)
         assert refused.value.status_code == 404 and refused.value.code == "model_not_found"
-        assert f"Available: {NAME}, {NAME}@v1." in refused.value.message
-    assert available_models() == [NAME, f"{NAME}@v1"]
+        assert f"Available: {NAME}, {NAME}@v1, auto." in refused.value.message
+    assert available_models() == [NAME, f"{NAME}@v1", "auto"]
+    assert "auto" not in available_models(DeploymentKind.EMBED)  # `auto` routes text generation only
 
 
 @pytest.mark.django_db

@@ -86,7 +86,7 @@ def test_pinned_runs_land_on_their_versions_worker(versions: Versions) -> None:
     client = openai.OpenAI(
         base_url=versions.stack.url("/v1"), api_key=Token.objects.create(user=user).key, max_retries=0, timeout=180
     )
-    assert [m.id for m in client.models.list().data] == [NAME, versions.v1, versions.v2]
+    assert [m.id for m in client.models.list().data] == [NAME, versions.v1, versions.v2, "auto"]
     for pinned in (versions.v2, versions.v1, versions.v2):
         completion = client.chat.completions.create(
             model=pinned,

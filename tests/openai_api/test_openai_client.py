@@ -39,7 +39,27 @@ def run_of(completion_id: str) -> Run:
 
 def test_models_lists_the_served_model(live_stack: LiveStack) -> None:
     models = client_for(live_stack, UserFactory.create()).models.list()
-    assert [m.id for m in models.data] == [MODEL, f"{MODEL}@v1"]  # the name, then each pinnable version
+    assert [m.id for m in models.data] == [MODEL, f"{MODEL}@v1", "auto"]  # the name, each version, the router
+
+
+def test_model_auto_answers_and_names_the_deployment_that_served(live_stack: LiveStack) -> None:
+    client = client_for(live_stack, UserFactory.create())
+
+    completion = client.chat.completions.create(
+        model="auto", messages=[{"role": "user", "content": "Hi"}], max_tokens=8, temperature=0
+    )
+    streamed = list(
+        client.chat.completions.create(
+            model="auto", messages=[{"role": "user", "content": "Hi"}], max_tokens=8, temperature=0, stream=True
+        )
+    )
+
+    run = run_of(completion.id)
+    assert completion.model == f"{MODEL}@v1" == f"{run.model}@{run.deployment.version}"  # type: ignore[union-attr]
+    assert {chunk.model for chunk in streamed} == {f"{MODEL}@v1"}
+    assert completion.choices[0].message.content == run.assistant_message.content  # type: ignore[union-attr]
+    (route,) = [p for p in run.passes if p["pass"] == "route"]
+    assert route["policy"] == "single" and route["model"] == f"{MODEL}@v1"
 
 
 def test_completion_is_the_stored_answer_and_keeps_the_conversation(live_stack: LiveStack) -> None:

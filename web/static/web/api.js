@@ -2,11 +2,12 @@
 // server's `{error: {code, message}}` text, the HTTP status and Retry-After (seconds) where given.
 
 export class ApiError extends Error {
-  constructor({ status, code, message, retryAfter = null }) {
+  constructor({ status, code, message, retryAfter = null, details = {} }) {
     super(message);
     this.status = status;
     this.code = code;
     this.retryAfter = retryAfter;
+    this.details = details; // the error's other fields (a refused prompt's message_id and moderation)
   }
 }
 
@@ -59,6 +60,7 @@ export async function api(method, url, body) {
       code: error.code || `http_${response.status}`,
       message,
       retryAfter: parseRetryAfter(response.headers.get("Retry-After")),
+      details: error,
     });
   }
   return data;

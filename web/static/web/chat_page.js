@@ -3,7 +3,7 @@
 // keeps its own state.
 
 import { api } from "./api.js";
-import { isTerminal } from "./constants.js";
+import { Moderation, isTerminal } from "./constants.js";
 import { RunView } from "./run_view.js";
 import { chatLabel } from "./sidebar.js";
 
@@ -103,8 +103,8 @@ export class ChatPage {
     this.sending = true;
     this.composer.setSending(true);
     this.statusLine.set("Sending…");
+    let chatId = this.chatId;
     try {
-      let chatId = this.chatId;
       if (!chatId) {
         const chat = await api("POST", "/api/chats", { title: "", model: this.picker.value });
         chatId = chat.id;
@@ -132,6 +132,14 @@ export class ChatPage {
         this.alerts.error(error.message);
         const chat = await api("GET", `/api/chats/${this.chatId}`).catch(() => null);
         if (chat && chat.active_run && !this.run) this.startRun(chat.active_run);
+      } else if (error.code === "content_policy_violation") {
+        // The prompt is kept in the chat as refused (never answered): show it where it was stored.
+        this.alerts.error(error.message);
+        if (error.details.message_id && this.chatId === chatId) {
+          this.composer.clear();
+          this.messages.append({ id: error.details.message_id, role: "user", content, moderation: Moderation.REFUSED });
+          this.sidebar.refresh(chatId);
+        }
       } else {
         this.alerts.error(error.message);
         // The model went away or has no worker since the list was read: offer what there is now.

@@ -18,6 +18,13 @@ export const FinishReason = Object.freeze({
   LENGTH: "length",
   CANCELLED: "cancelled",
   ERROR: "error",
+  CONTENT_FILTER: "content_filter",
+});
+
+/** What moderation did to a message (chats.models.Moderation). */
+export const Moderation = Object.freeze({
+  REFUSED: "refused",
+  RETRACTED: "retracted",
 });
 
 /** The events of a run's SSE stream (runs.streaming.contract.StreamEvent). */
@@ -25,6 +32,7 @@ export const StreamEvent = Object.freeze({
   DELTA: "delta",
   STATUS: "status",
   RESET: "reset",
+  RETRACT: "retract",
   DONE: "done",
   ERROR: "error",
 });

@@ -3,6 +3,7 @@
 
 import { api } from "./api.js";
 import { isVisibleIn } from "./dom.js";
+import { Moderation } from "./constants.js";
 import { renderMarkdown } from "./markdown.js";
 
 const MESSAGE_PAGE = 30;
@@ -26,8 +27,22 @@ export function buildMessage(message) {
   }
   const meta = document.createElement("div");
   meta.className = "message-meta";
+  if (message.moderation) markModerated(li, message.moderation);
   li.append(who, body, meta);
   return li;
+}
+
+/** Marks a bubble refused (a flagged prompt, never answered) or retracted (a flagged answer, its text withdrawn). */
+export function markModerated(li, moderation) {
+  li.classList.add(`message-${moderation}`);
+  li.dataset.moderation = moderation;
+  const note = document.createElement("div");
+  note.className = "message-moderation";
+  note.textContent =
+    moderation === Moderation.REFUSED
+      ? "Refused by moderation: this prompt was not answered."
+      : "Retracted by moderation: this answer was withdrawn.";
+  li.append(note);
 }
 
 export class MessageList {

@@ -6,8 +6,9 @@
 // reconnect or to let go (detach), and hears back once through `onFinished`.
 
 import { api } from "./api.js";
-import { Connection, FinishReason, RunStatus, STREAM_ERROR_EVENT, StreamEvent, isTerminal } from "./constants.js";
+import { Connection, FinishReason, Moderation, RunStatus, STREAM_ERROR_EVENT, StreamEvent, isTerminal } from "./constants.js";
 import { formatSeconds } from "./dom.js";
+import { markModerated } from "./messages.js";
 import { LiveMarkdown } from "./live_markdown.js";
 import { clearProgress, loadProgress, saveProgress } from "./progress.js";
 import { RunStream } from "./stream.js";
@@ -231,6 +232,12 @@ export class RunView {
         this.#text = this.#prefix;
         this.#scheduleRender();
         break;
+      case StreamEvent.RETRACT:
+        // The output moderation pass withdrew the answer: its text goes, the `done` (content_filter) follows.
+        this.#text = "";
+        this.#view.set("");
+        this.#view.flush();
+        break;
       case StreamEvent.STATUS:
         this.#show(data.status, data);
         break;
@@ -288,6 +295,8 @@ export class RunView {
     clearInterval(this.#pollTimer);
     clearTimeout(this.#lostTimer);
     if (typeof text === "string") this.#text = text;
+    const retracted = finishReason === FinishReason.CONTENT_FILTER;
+    if (retracted) this.#text = "";
     this.#stick = this.#messages.nearBottom();
     this.#view.finish(this.#text);
     this.#body.setAttribute("aria-busy", "false");
@@ -300,6 +309,7 @@ export class RunView {
     else if (status === RunStatus.FAILED) note = `Failed: ${error || "the answer could not be generated."}`;
     else if (finishReason === FinishReason.LENGTH) note = "Cut off at the length limit";
     this.#meta.textContent = note;
+    if (retracted) markModerated(this.#bubble, Moderation.RETRACTED);
     clearProgress(this.#id);
     const failed = status === RunStatus.FAILED;
     this.#onFinished(this, {

@@ -1,7 +1,7 @@
 // Follows one run's SSE stream (`GET /api/runs/{id}/stream`).
 //
 // Events: delta {text}, status {status, queue_position?, estimated_wait_s?}, reset (drop the partial text:
-// generation restarted), done {message_id, finish_reason, usage, status}, error {code, message}. Every
+// generation restarted), retract {categories} (moderation withdrew the answer: drop its text), done {message_id, finish_reason, usage, status}, error {code, message}. Every
 // event carries an integer `id:`. The browser's EventSource reconnects by itself after a dropped
 // connection, sending Last-Event-ID; when it gives up (readyState CLOSED: the server answered an error
 // status, or 204 because the stream is already complete) we reconnect ourselves with `?lastEventId=` and a
@@ -11,7 +11,7 @@
 import { Connection, STREAM_ERROR_EVENT, StreamEvent } from "./constants.js";
 
 // The run's events other than `error`, which shares its name with EventSource's connection failure.
-const EVENTS = [StreamEvent.DELTA, StreamEvent.STATUS, StreamEvent.RESET, StreamEvent.DONE];
+const EVENTS = [StreamEvent.DELTA, StreamEvent.STATUS, StreamEvent.RESET, StreamEvent.RETRACT, StreamEvent.DONE];
 
 export class RunStream {
   constructor({ url, lastEventId = 0, onEvent, onConnection }) {
