@@ -109,7 +109,7 @@ def run_create(
                     tier=tier,
                     content=content,
                     served=served,
-                    max_tokens=sampling.max_tokens or settings.CHAT_LIMITS.default_max_tokens,
+                    max_tokens=sampling.max_tokens or 0,
                     tools=tools,
                     spec=sampling.spec,
                 )
@@ -190,7 +190,7 @@ def prompt_plan(
                 tier=tier,
                 content=content,
                 served=served,
-                max_tokens=max_tokens or settings.CHAT_LIMITS.default_max_tokens,
+                max_tokens=max_tokens or 0,
                 tools=tools,
                 spec=spec or SamplingSpec(),
                 history_tokens=history_tokens,

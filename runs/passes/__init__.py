@@ -58,6 +58,8 @@ class PromptFacts:
     """As the request resolved it: ``served.auto`` when it named ``model: "auto"``, ``served.defaulted`` when it
     named no model (a tier whose default is ``auto`` routes it); a pinned ``name`` or ``name@version`` neither."""
     max_tokens: int
+    """The client's own ``max_tokens`` (0: none asked; the tier's default then applies, which says nothing about the
+    answer's expected length)."""
     has_tools: bool = False
     structured: bool = False
     count_tokens: Callable[[str], int] = len
