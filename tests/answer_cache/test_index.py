@@ -74,7 +74,7 @@ def _entry(user: Any, vector: list[float], **fields: Any) -> CacheEntry:
 
 @pytest.mark.django_db
 def test_another_process_catches_up_with_new_rows_and_drops_deleted_and_expired_ones(settings: Any) -> None:
-    user = UserFactory()
+    user = UserFactory.create()
     key = index_key(own_scope(user.pk), "p" * 64)
     first = _entry(user, unit_vector(1))
     process_b = SemanticIndex(hnsw_min=64)
@@ -93,7 +93,7 @@ def test_another_process_catches_up_with_new_rows_and_drops_deleted_and_expired_
 
 @pytest.mark.django_db
 def test_a_row_committed_after_a_higher_id_is_still_read_within_the_overlap() -> None:
-    user = UserFactory()
+    user = UserFactory.create()
     low = _entry(user, unit_vector(1))
     high = _entry(user, unit_vector(2))
     process_b = SemanticIndex(hnsw_min=64)
@@ -106,7 +106,7 @@ def test_a_row_committed_after_a_higher_id_is_still_read_within_the_overlap() ->
 @pytest.mark.django_db
 def test_catch_up_waits_for_its_interval(settings: Any) -> None:
     settings.ANSWER_CACHE = dataclasses.replace(settings.ANSWER_CACHE, sync_ms=60_000)
-    user = UserFactory()
+    user = UserFactory.create()
     process_b = SemanticIndex(hnsw_min=64)
     index_catch_up(process_b)
     late = _entry(user, unit_vector(1))
