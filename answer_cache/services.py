@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from accounts.models import Tier
 from answer_cache.eligibility import BypassReason, cache_eligible
+from answer_cache.guard import same_question
 from answer_cache.index import IndexedRow, index_key, pack, process_index, to_unit, unpack
 from answer_cache.keys import CacheKeyParts, own_scope, partition_digest, shared_scope
 from answer_cache.models import CacheEntry, CachePolicy, CacheSource
@@ -101,8 +102,9 @@ def _embed_prompt(prompt: str) -> tuple[list[float], str]:
 
 def cache_lookup(*, user_id: int, tier: Tier, parts: CacheKeyParts, prompt: str) -> CacheLookup:
     """Looks the prompt up: one call to the embedding deployment, then the partition's nearest entries in the
-    user's scope (and the tier's shared one, when allowed), each checked against its row, the best one at or above
-    the tier's threshold answering. A hit counts on its entry (``hits``, ``last_hit_at``)."""
+    user's scope (and the tier's shared one, when allowed), each checked against its row and the lexical guard
+    (``answer_cache.guard``), the best one at or above the tier's threshold answering. A hit counts on its entry
+    (``hits``, ``last_hit_at``)."""
     policy = cache_policy_for(tier=tier)
     reason = cache_eligible(policy=policy, parts=parts, prompt=prompt)
     if reason is not None:
@@ -119,6 +121,7 @@ def cache_lookup(*, user_id: int, tier: Tier, parts: CacheKeyParts, prompt: str)
         tier=tier,
         policy=policy,
         parts=parts,
+        prompt=prompt,
         query=vector,
         partition=partition_digest(parts, embedding_model=embedding_model),
     )
@@ -133,7 +136,14 @@ def cache_lookup(*, user_id: int, tier: Tier, parts: CacheKeyParts, prompt: str)
 
 
 def _search(
-    *, user_id: int, tier: Tier, policy: CachePolicy, parts: CacheKeyParts, query: list[float], partition: str
+    *,
+    user_id: int,
+    tier: Tier,
+    policy: CachePolicy,
+    parts: CacheKeyParts,
+    prompt: str,
+    query: list[float],
+    partition: str,
 ) -> CacheHit | None:
     index = process_index()
     index_catch_up(index)
@@ -155,6 +165,8 @@ def _search(
         if row is None:
             index.discard([entry_id])  # deleted, expired or retired since this process indexed it
             continue
+        if not same_question(row.prompt, prompt):
+            continue  # alike to the embedding, but another number or the same words swapped (answer_cache.guard)
         CacheEntry.objects.filter(pk=row.pk).update(hits=F("hits") + 1, last_hit_at=now)
         return CacheHit(
             entry_id=row.pk,

@@ -240,3 +240,11 @@ def test_every_tier_has_a_private_policy_and_a_tier_without_a_row_gets_the_same_
     CachePolicy.objects.filter(tier=tier).delete()
     policy = cache_policy_for(tier=tier)
     assert policy.pk is None and policy.enabled and not policy.shared_scope and not policy.allow_sampled
+
+
+@pytest.mark.django_db
+def test_a_near_identical_prompt_with_the_roles_swapped_is_a_miss() -> None:
+    user = UserFactory.create()
+    store(user, prompt="Convert 10 miles to kilometers.", answer="16.09 km.")
+    assert lookup(user, prompt="Convert 10 kilometers to miles.").hit is None
+    assert lookup(user, prompt="Convert 10 miles into kilometers.").hit is not None
