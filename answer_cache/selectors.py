@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from datetime import datetime
 
+from django.conf import settings
 from django.db.models import Q, QuerySet
 
 from accounts.models import Tier
@@ -17,6 +20,28 @@ def cache_policy_for(*, tier: Tier) -> CachePolicy:
     admin saves one."""
     policy = CachePolicy.objects.filter(tier=tier).first()
     return policy if policy is not None else CachePolicy(tier=tier)
+
+
+_policies: dict[int, tuple[float, CachePolicy]] = {}
+_policies_lock = threading.Lock()
+
+
+def cache_policy_cached(*, tier: Tier) -> CachePolicy:
+    """:func:`cache_policy_for`, kept per process ``MODERATION_POLICY_CACHE_S`` (the run's pass reads it for every
+    prompt; an admin's edit shows within that time, as a moderation policy's does)."""
+    now = time.monotonic()
+    found = _policies.get(tier.pk)
+    if found is not None and found[0] > now:
+        return found[1]
+    policy = cache_policy_for(tier=tier)
+    with _policies_lock:
+        _policies[tier.pk] = (now + settings.MODERATION.policy_cache_s, policy)
+    return policy
+
+
+def forget_cached_cache_policies() -> None:
+    with _policies_lock:
+        _policies.clear()
 
 
 def live_entries(*, now: datetime) -> QuerySet[CacheEntry]:

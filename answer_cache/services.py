@@ -100,12 +100,14 @@ def _embed_prompt(prompt: str) -> tuple[list[float], str]:
     return vector, embedder.key
 
 
-def cache_lookup(*, user_id: int, tier: Tier, parts: CacheKeyParts, prompt: str) -> CacheLookup:
+def cache_lookup(
+    *, user_id: int, tier: Tier, parts: CacheKeyParts, prompt: str, policy: CachePolicy | None = None
+) -> CacheLookup:
     """Looks the prompt up: one call to the embedding deployment, then the partition's nearest entries in the
     user's scope (and the tier's shared one, when allowed), each checked against its row and the lexical guard
     (``answer_cache.guard``), the best one at or above the tier's threshold answering. A hit counts on its entry
-    (``hits``, ``last_hit_at``)."""
-    policy = cache_policy_for(tier=tier)
+    (``hits``, ``last_hit_at``). ``policy``: the tier's, when the caller holds it already."""
+    policy = policy or cache_policy_for(tier=tier)
     reason = cache_eligible(policy=policy, parts=parts, prompt=prompt)
     if reason is not None:
         return CacheLookup(bypass=reason)

@@ -149,7 +149,7 @@ def test_v1_models_lists_each_name_and_each_ready_version(user: User) -> None:
     add_version("v0", weight=0, status=DeploymentStatus.RETIRED)
     token = Token.objects.create(user=user).key
     resp = Client().get("/v1/models", HTTP_AUTHORIZATION=f"Bearer {token}")
-    assert [m["id"] for m in resp.json()["data"]] == [NAME, f"{NAME}@v1", f"{NAME}@v2"]
+    assert [m["id"] for m in resp.json()["data"]] == [NAME, f"{NAME}@v1", f"{NAME}@v2", "auto"]
 
 
 @pytest.mark.django_db
