@@ -33,7 +33,7 @@ both sides. Three parts, printed side by side in one run:
    written before the check to the ``retract`` entry in the stream, and how many tokens of the flagged text a
    client was shown before it.
 
-Prints figures; asserts nothing. The default run takes about two minutes on the shared 2-core VM.
+Prints figures; asserts nothing. The default run takes about two and a half minutes on the shared 2-core VM.
 """
 
 from __future__ import annotations
