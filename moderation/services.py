@@ -7,7 +7,6 @@ import math
 from datetime import datetime
 
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
 from accounts.models import Tier, User
@@ -81,11 +80,11 @@ def violation_record(
 
     Call it inside the transaction that stores that message, so the two land together or not at all. The row
     counts towards the user's suspension (``moderation.selectors.suspended_until``) from the next prompt on; the
-    user's marker in Redis says so to the input pass, after commit (a prompt without it costs no query)."""
+    user's marker in Redis says so to the input pass (a prompt without it costs no query)."""
     policy = moderation_policy(tier=tier)
     marker_s = int((policy.violation_window + policy.suspension).total_seconds()) + 60
-    user_id = user.pk
-    transaction.on_commit(lambda: get_redis().set(violation_marker_key(user_id), 1, ex=max(60, marker_s)))
+    # Set now, not on commit: a marker whose row rolls back costs one needless suspension query, never a miss.
+    get_redis().set(violation_marker_key(user.pk), 1, ex=max(60, marker_s))
     return Violation.objects.create(
         user=user,
         tier_name=tier.name,

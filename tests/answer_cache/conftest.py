@@ -13,7 +13,11 @@ import pytest
 
 from answer_cache.index import reset_process_index
 from bench.lib.processes import stop_process_group
-from tests.embeddings.helpers import ensure_embedding_deployment
+from tests.embeddings.helpers import (
+    embedding_deployment_state,
+    ensure_embedding_deployment,
+    restore_embedding_deployment,
+)
 from tests.live_stack import ROOT, _spawn, _stack_env, _wait_log
 
 WORKER = "embed@answer-cache-tests"
@@ -36,6 +40,7 @@ def embedding_worker_process(django_db_setup: None, django_db_blocker: Any) -> I
 
     with django_db_blocker.unblock():
         seed_default_tiers(Tier)
+        before = embedding_deployment_state()
         ensure_embedding_deployment()
     env = _stack_env({"EMBEDDING_TIMEOUT_S": "60"})
     proc = _spawn(
@@ -46,6 +51,8 @@ def embedding_worker_process(django_db_setup: None, django_db_blocker: Any) -> I
         yield
     finally:
         stop_process_group(proc)
+        with django_db_blocker.unblock():
+            restore_embedding_deployment(before)
 
 
 @pytest.fixture
