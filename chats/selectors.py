@@ -27,12 +27,12 @@ def chat_get(*, user: User, chat_id: int) -> Chat:
     return get_object_or_404(Chat, pk=chat_id, owner=user)
 
 
-def chat_model(*, user: User, chat_id: int) -> tuple[str, str] | None:
-    """The model the user's chat asks for (``""``: the default) and its ``system_prompt`` setting, in one query;
-    None when there is no such chat of theirs."""
+def chat_model(*, user: User, chat_id: int) -> tuple[str, str, float | None] | None:
+    """The model the user's chat asks for (``""``: the default), its ``system_prompt`` and ``temperature`` settings,
+    in one query; None when there is no such chat of theirs."""
     if not 0 < chat_id < 2**63:
         return None
-    return Chat.objects.filter(pk=chat_id, owner=user).values_list("model", "system_prompt").first()
+    return Chat.objects.filter(pk=chat_id, owner=user).values_list("model", "system_prompt", "temperature").first()
 
 
 def message_list(*, chat: Chat) -> QuerySet[Message]:

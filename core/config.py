@@ -480,3 +480,40 @@ def moderation_config_from_env() -> ModerationConfig:
         ),
         guard_timeout_s=env.float("MODERATION_GUARD_TIMEOUT_S", default=5.0),
     )
+
+
+@dataclass(frozen=True)
+class AnswerCacheConfig:
+    """The semantic answer cache (``answer_cache``): its switch, the embedding it keys on, and how each web process's
+    in-memory vector index follows Postgres (docs/answer-cache.md)."""
+
+    enabled: bool
+    """Off: every prompt bypasses the cache (reason ``disabled``), whatever the tiers' cache policies say."""
+    embedding_model: str
+    """The embedding deployment (``name`` or ``name@version``) a prompt is embedded with for the cache."""
+    embed_timeout_s: float
+    """How long a prompt waits for its cache embedding before the cache is skipped for it (a miss, never an error)."""
+    sync_ms: int
+    """A web process's index reads the entries other processes stored at most this often (before a lookup)."""
+    sync_overlap_s: float
+    """Each catch-up also rereads the entries created this recently, so a row committed after a higher id was read
+    (ids are handed out before commit) is not skipped."""
+    reconcile_s: float
+    """Seconds between a process's passes that drop from its index the entries deleted, purged or expired."""
+    hnsw_min_entries: int
+    """A partition (scope + key) with fewer entries is searched exactly; from this many it gets an HNSW graph."""
+    stash_ttl_s: int
+    """How long a missed prompt's embedding waits in Redis for the run's end, so storing the answer embeds nothing."""
+
+
+def answer_cache_config_from_env() -> AnswerCacheConfig:
+    return AnswerCacheConfig(
+        enabled=env.bool("ANSWER_CACHE_ENABLED", default=True),
+        embedding_model=env.str("ANSWER_CACHE_EMBEDDING_MODEL", default="all-MiniLM-L6-v2"),
+        embed_timeout_s=env.float("ANSWER_CACHE_EMBED_TIMEOUT_S", default=1.0),
+        sync_ms=env.int("ANSWER_CACHE_SYNC_MS", default=200),
+        sync_overlap_s=env.float("ANSWER_CACHE_SYNC_OVERLAP_S", default=10.0),
+        reconcile_s=env.float("ANSWER_CACHE_RECONCILE_S", default=60.0),
+        hnsw_min_entries=env.int("ANSWER_CACHE_HNSW_MIN_ENTRIES", default=64),
+        stash_ttl_s=env.int("ANSWER_CACHE_STASH_TTL_S", default=3600),
+    )

@@ -16,12 +16,17 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from deployments import selection
+from deployments.models import DeploymentKind
 from deployments.serializers import ModelListOutSerializer
 
 
 def model_listing() -> dict[str, Any]:
-    """Each name with a ready version, with its ready versions (newest first), and the default's name."""
-    ready = sorted((d for d in selection.served_deployments() if d.is_ready), key=lambda d: d.name)  # stable
+    """Each name with a ready text-generation version (what a chat may name: an embedding model cannot chat), with
+    its ready versions (newest first), and the default's name."""
+    ready = sorted(
+        (d for d in selection.served_deployments() if d.is_ready and d.kind == DeploymentKind.GENERATE),
+        key=lambda d: d.name,
+    )  # stable
     default = selection.default_deployment()
     return {
         "default": default.name if default is not None else None,

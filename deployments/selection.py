@@ -241,8 +241,8 @@ def resolve_model(spec: str | None, *, rng: random.Random | None = None, kind: s
         raise _not_found(spec, kind)
     check_kind(spec, versions, kind)
     if version is not None:
-        return _pinned(spec, next((d for d in versions if d.version == version), None))
-    return _by_weight(name, versions, rng or random)
+        return _pinned(spec, next((d for d in versions if d.version == version), None), kind)
+    return _by_weight(name, versions, rng or random, kind)
 
 
 def check_model(spec: str) -> str:
@@ -262,12 +262,12 @@ def check_model(spec: str) -> str:
     return spec
 
 
-def _pinned(spec: str, found: Served | None) -> Served:
+def _pinned(spec: str, found: Served | None, kind: str = DeploymentKind.GENERATE) -> Served:
     if found is None or found.status in (DeploymentStatus.RETIRED, DeploymentStatus.FAILED):
-        raise _not_found(spec)
+        raise _not_found(spec, kind)
     if found.status == DeploymentStatus.DRAINING:
         raise ModelNotFound(
-            f"The model '{spec}' is draining and takes no new runs. Available: {', '.join(available_models())}."
+            f"The model '{spec}' is draining and takes no new runs. Available: {', '.join(available_models(kind))}."
         )
     if not found.is_ready:
         raise ModelUnavailable(f"The model '{spec}' is still being prepared ({found.status}); retry shortly.")
@@ -276,12 +276,14 @@ def _pinned(spec: str, found: Served | None) -> Served:
     return found
 
 
-def _by_weight(name: str, versions: list[Served], rng: random.Random | Any) -> Served:
+def _by_weight(
+    name: str, versions: list[Served], rng: random.Random | Any, kind: str = DeploymentKind.GENERATE
+) -> Served:
     ready = [d for d in versions if d.is_ready]
     if not ready:
         if any(d.status in (DeploymentStatus.REGISTERED, DeploymentStatus.MATERIALIZING) for d in versions):
             raise ModelUnavailable(f"The model '{name}' is still being prepared; retry shortly.")
-        raise _not_found(name)
+        raise _not_found(name, kind)
     weighted = [d for d in ready if d.traffic_weight > 0] or ready[:1]  # all at 0: the newest ready version
     serving = [d for d in weighted if ready_workers(d.key) > 0]
     if not serving:

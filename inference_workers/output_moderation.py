@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from moderation.selectors import PolicySnapshot
 from moderation.services import moderate_output_window
 from moderation.verdicts import Verdict
-
 from runs.passes.moderate_input import verdict_detail
 
 NAME = "moderate_output"

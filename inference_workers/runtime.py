@@ -45,6 +45,7 @@ from generation.worker_contract import (
 )
 from inference_workers.engine.base import WARM_UP_REQUEST_PREFIX, GenerationRequest, InferenceEngine
 from inference_workers.engine.host import EngineHost
+from moderation.services import moderation_warm_up
 from scheduling.redis_store import wake_dispatcher
 
 logger = logging.getLogger(__name__)
@@ -141,6 +142,7 @@ class WorkerRuntime:
         self.host.start()
         if self.warm_up_enabled:
             self.warm_up()
+            moderation_warm_up()  # the output pass's classifier: a first streamed answer does not wait for it
         self.beat()
         for target, name in ((self._heartbeat_loop, "worker-heartbeat"), (self._cancel_loop, "worker-cancel")):
             thread = threading.Thread(target=target, name=name, daemon=True)

@@ -34,8 +34,6 @@ from typing import TypeVar
 from django.conf import settings
 from django.db import connection
 from django.utils import timezone
-from moderation.selectors import moderation_policy
-from moderation.services import violation_record
 
 from core.db_executor import CONNECTION_ERRORS
 from generation.result import EngineFinishReason, GenerationResult
@@ -45,6 +43,8 @@ from inference_workers.engine.base import EngineDead, EngineError, GenerationDel
 from inference_workers.output_moderation import OutputFlagged, output_guard
 from inference_workers.prompting import build_run_prompt
 from inference_workers.runtime import ActiveRun, WorkerRuntime
+from moderation.selectors import moderation_policy
+from moderation.services import violation_record
 from runs.lifecycle import run_fail, run_finish, run_handoff, run_mark_first_token, run_mark_streaming
 from runs.lifecycle_log import RunStep, log_run_step, seconds_between
 from runs.models import Recovery, Run, RunStatus

@@ -19,13 +19,13 @@ from dataclasses import replace
 from accounts.models import Tier
 from core.errors import DomainError
 from deployments.models import DeploymentKind
-from deployments.selection import default_deployment, parse_model, ready_workers, served_deployments
+from deployments.selection import AUTO_MODEL, default_deployment, parse_model, ready_workers, served_deployments
 from model_routing.difficulty import default_model
 from model_routing.gates import CandidateGates, published_gates
 from model_routing.policy import RouteDecision, RouteFacts, RoutePolicyName, build_router, decide
 from model_routing.selectors import tier_routing
 
-__all__ = ["RouteDecision", "RouteFacts", "route_auto", "serving_keys"]
+__all__ = ["AUTO_MODEL", "RouteDecision", "RouteFacts", "route_auto", "serving_keys"]
 
 
 def serving_keys(spec: str) -> list[str]:

@@ -26,6 +26,7 @@ from openai_api.requests import ChatCompletionRequest, CompletionRequest
 from openai_api.service_tier import service_tier_for
 from openai_api.tools.prompt import history_with_tools
 from runs.models import PromptMode, Run
+from runs.passes.cache import api_conversation
 from runs.selectors import prompt_cache_key_worker
 from runs.services import SamplingRequest, prompt_plan, run_cancel, run_create
 
@@ -68,6 +69,8 @@ def chat_completion_create(*, user: User, request: ChatCompletionRequest, deploy
         tools=request.tools.tools or None,
         spec=sampling.spec,
         history_tokens=sum(history_tokens),
+        conversation=api_conversation(history),
+        n=sampling.n,
     )
     runs: list[Run] = []
     with transaction.atomic():
@@ -105,7 +108,16 @@ def text_completion_create(*, user: User, request: CompletionRequest, deployment
     """The call's runs: prompt ``p``'s choice ``j`` at index ``p * n + j`` (vLLM's order), on ``deployment``."""
     sampling = request.sampling
     plans = [  # each prompt's passes once, before anything is written
-        prompt_plan(user=user, tier=user.tier, content=prompt, served=deployment, max_tokens=sampling.max_tokens)
+        prompt_plan(
+            user=user,
+            tier=user.tier,
+            content=prompt,
+            served=deployment,
+            max_tokens=sampling.max_tokens,
+            spec=sampling.spec,
+            conversation=api_conversation(raw=True),
+            n=sampling.n,
+        )
         for prompt in request.prompts
     ]
     runs: list[Run] = []

@@ -9,6 +9,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from answer_cache.services import cache_forget_deployments
 from deployments.models import DeploymentStatus, ModelDeployment, Rollout, RolloutStatus
 from deployments.selection import forget_cached
 from runs.models import ACTIVE_STATUSES, Run
@@ -69,4 +70,6 @@ def retire_idle_deployments(*, idle_s: float | None = None, now: datetime | None
             retired.append(row)
     if retired:
         forget_cached()
+        # A retired version's cached answers go with it (the lookup's row check already refuses them).
+        cache_forget_deployments(deployment_ids=[row.pk for row in retired])
     return retired

@@ -1,6 +1,26 @@
-from django.contrib import admin
+from typing import Any
 
-from runs.models import Run
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from runs.models import FinishReason, Run
+
+
+class FlaggedFilter(admin.SimpleListFilter):
+    """Runs a moderation pass flagged: their answer retracted (``content_filter``). A refused prompt has no run: it is
+    a violation (Moderation > Violations), its message kept in the chat as refused."""
+
+    title = "moderation"
+    parameter_name = "flagged"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("retracted", "answer retracted (content_filter)")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Run]) -> QuerySet[Run]:
+        if self.value() == "retracted":
+            return queryset.filter(finish_reason=FinishReason.CONTENT_FILTER)
+        return queryset
 
 
 @admin.register(Run)
@@ -9,6 +29,7 @@ class RunAdmin(admin.ModelAdmin[Run]):
         "id",
         "user",
         "tier",
+        "model",
         "status",
         "finish_reason",
         "input_tokens",
@@ -20,6 +41,7 @@ class RunAdmin(admin.ModelAdmin[Run]):
         "finished_at",
     ]
     list_filter = [
+        FlaggedFilter,
         "status",
         "tier",
         ("user", admin.RelatedOnlyFieldListFilter),
@@ -37,6 +59,15 @@ class RunAdmin(admin.ModelAdmin[Run]):
                 "fields": ["model", "priority", "max_tokens", "temperature", "top_p", "sampling", "tools"],
                 "description": "Sampling parameters as the request gave them; 'sampling' holds those that differ "
                 "from their defaults (stop, seed, penalties, logprobs, structured outputs, constraint...).",
+            },
+        ),
+        (
+            "Passes",
+            {
+                "fields": ["passes"],
+                "description": "What each pass around the run decided, in order (docs/passes.md): input moderation "
+                "(backend, categories, top scores), routing (policy, reason, difficulty score, deployment), output "
+                "moderation (mode, checks, their cost; on a hit the categories and scores).",
             },
         ),
         ("Counts", {"fields": ["input_tokens", "output_tokens", "reserved_tokens", "attempts"]}),

@@ -155,9 +155,11 @@ class ChatMessagesApi(APIView):
         user = request_user(request)
         asked = data.get("model")
         system_prompt = None
+        known: services.ChatTemperature | None = None
         if asked is None:
             found = chat_selectors.chat_model(user=user, chat_id=chat_id)
             spec, system_prompt = (found[0], chat_system_prompt(chat_prompt=found[1])) if found else (None, None)
+            known = services.ChatTemperature(found[2]) if found else services.ChatTemperature(None, exists=False)
         else:
             spec = asked
         deployment = resolve_model(spec)
@@ -173,6 +175,7 @@ class ChatMessagesApi(APIView):
             system_prompt=system_prompt,
             deployment=deployment,
             chat_model=asked.strip() if asked is not None else None,
+            chat_temperature=known,
         )
         shown = run_data(run)
         return Response(

@@ -25,9 +25,10 @@ from generation.sampling import SamplingSpec
 from generation.worker_contract import cancel_key, ready_worker_counts
 from runs.lifecycle_log import RunStep, log_run_end, log_run_step, seconds_between
 from runs.models import FinishReason, Recovery, Revision, Run, RunStatus
+from runs.passes.cache import cache_after_finish
 from runs.queueing import run_enqueue
 from runs.quota import run_account_end
-from runs.streaming.contract import RunStreamWriter, StreamedAnswer, run_terminal_event
+from runs.streaming.contract import RunStreamWriter, StreamedAnswer, StreamEvent, run_terminal_event
 
 logger = logging.getLogger(__name__)
 
@@ -225,6 +226,46 @@ def run_finish(*, run_id: int, attempt: int, result: GenerationResult) -> Run | 
         deployment = run.deployment.key if run.deployment is not None else ""
         if run.chat.origin == ChatOrigin.WEB:  # an OpenAI-compatible call's chat is never continued: no summary
             transaction.on_commit(lambda: chat_summary_schedule_after_turn(chat_id=chat_id, deployment=deployment))
+        transaction.on_commit(lambda: _store_in_cache(run), robust=True)
+        return run
+
+
+def _store_in_cache(run: Run) -> None:
+    """A missed prompt's answer goes to the answer cache (``runs.passes.cache``); a failure there loses only that."""
+    try:
+        cache_after_finish(run=run)
+    except Exception:
+        logger.exception("run %s: its answer could not be stored in the answer cache", run.pk)
+
+
+CACHE_WORKER = "answer-cache"
+"""The ``worker`` of a run the answer cache answered: no engine generated it."""
+
+
+def run_answer_from_cache(*, run_id: int, answer: str) -> Run | None:
+    """Answers a queued run with a cached answer (``runs.passes.cache``: its prompt hit), through the same run and
+    stream path as a generated one: ``status`` and one ``delta`` in its stream, the assistant message, the run
+    ``done`` (``stop``) with no engine tokens counted (its reservation is refunded whole), the terminal event after
+    commit. None when the run is no longer queued (cancelled meanwhile). Never queued, so no worker sees it."""
+    with transaction.atomic():
+        run = (
+            Run.objects.select_for_update(of=("self", "chat"))
+            .select_related("chat", "tier", "user__tier", "user__limit_override", "deployment", "replaces")
+            .get(pk=run_id)
+        )
+        if run.status != RunStatus.QUEUED:
+            return None
+        now = timezone.now()
+        run.status, run.worker, run.attempts = RunStatus.STREAMING, CACHE_WORKER, 1
+        run.started_at = run.first_token_at = now
+        run.save(update_fields=["status", "worker", "attempts", "started_at", "first_token_at"])
+        writer = RunStreamWriter(run.pk)
+        writer.append(StreamEvent.STATUS, {"status": RunStatus.STREAMING, "attempt": 1, "worker": CACHE_WORKER})
+        writer.append(StreamEvent.DELTA, {"text": answer, "tokens": 0, "prompt_tokens": 0})
+        message = Message.objects.create(chat=run.chat, role=MessageRole.ASSISTANT, content=answer, token_count=0)
+        result = GenerationResult(text=answer, input_tokens=0, output_tokens=0, finish_reason=EngineFinishReason.STOP)
+        run_end(run, status=RunStatus.DONE, finish_reason=FinishReason.STOP, result=result, message=message)
+        Chat.objects.filter(pk=run.chat_id).update(updated_at=run.finished_at)
         return run
 
 

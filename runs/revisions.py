@@ -131,7 +131,7 @@ def _revise(target: _Target, *, user: User, revision: Revision) -> Run:
             tier=tier,
             content=target.prompt.content,
             served=served,
-            max_tokens=max_tokens,
+            max_tokens=0,  # no client asked: the tier's default
             tools=previous.tools if previous is not None else None,
             spec=spec,
         ),

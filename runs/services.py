@@ -23,9 +23,17 @@ from deployments.selection import Served, resolve_model
 from deployments.tokenizer import count_tokens, using_model
 from generation.sampling import SamplingError, SamplingSpec, check_sampling
 from generation.worker_contract import signal_cancel
-from runs.lifecycle import run_end
+from runs.lifecycle import run_answer_from_cache, run_end
 from runs.models import ACTIVE_STATUSES, PromptMode, Run, RunStatus
 from runs.passes import PromptFacts, PromptPlan, PromptRefused
+from runs.passes.cache import (
+    UNKNOWN,
+    Conversation,
+    ConversationReader,
+    cache_after_create,
+    chat_conversation_reader,
+    fixed_conversation,
+)
 from runs.passes.moderate_input import refusal_record
 from runs.passes.pipeline import prompt_passes
 from runs.prompt_insert import prompt_insert
@@ -44,6 +52,15 @@ class SamplingRequest:
     spec: SamplingSpec = field(default_factory=SamplingSpec)
     temperature_from_chat: bool = False
     """The prompt named no temperature: the chat's setting (``Chat.temperature``) applies when it has one."""
+
+
+@dataclass(frozen=True)
+class ChatTemperature:
+    """The chat's temperature setting, when the caller read it with the chat (None: the chat has none)."""
+
+    value: float | None
+    exists: bool = True
+    """False: the caller found no such chat of the user's (the 404 follows)."""
 
 
 def _resolve_max_tokens(*, limits: EffectiveLimits, requested: int | None) -> int:
@@ -73,6 +90,7 @@ def run_create(
     store: bool = True,
     prompt_cache_key: str = "",
     plan: PromptPlan | None = None,
+    chat_temperature: ChatTemperature | None = None,
 ) -> Run:
     """Stores the user's message and a queued run in the user's chat ``chat_id``; hands the run on after commit.
 
@@ -92,6 +110,8 @@ def run_create(
     keeps for its next runs (written by the same statement; None: the chat's stays). ``service_tier``: the tier the
     run is queued and scheduled on (its queue, priority and prompt budget; None: the user's), admission and the caps
     staying the user's. ``metadata``, ``store`` and ``prompt_cache_key`` are stored on the run as given.
+    ``chat_temperature``: the chat's temperature setting when the caller read the chat already (the cache's key
+    then needs no read of its own when the prompt cannot be cached).
 
     The passes before the queue (``runs.passes``: input moderation, routing, the cache) run first, unless the
     caller ran them already for this prompt (``plan``: an API call with several choices runs them once). A prompt
@@ -109,9 +129,16 @@ def run_create(
                     tier=tier,
                     content=content,
                     served=served,
-                    max_tokens=sampling.max_tokens or settings.CHAT_LIMITS.default_max_tokens,
+                    max_tokens=sampling.max_tokens or 0,
                     tools=tools,
                     spec=sampling.spec,
+                    conversation=chat_conversation_reader(
+                        chat_id=chat_id,
+                        user=user,
+                        temperature=chat_temperature.value if chat_temperature else UNKNOWN,
+                        exists=chat_temperature.exists if chat_temperature else True,
+                    ),
+                    temperature_from_chat=sampling.temperature_from_chat,
                 )
             )
         except PromptRefused as refused:
@@ -135,7 +162,7 @@ def run_create(
             metadata=metadata or {},
             store=store,
             prompt_cache_key=prompt_cache_key,
-            passes=plan.records_json(),
+            plan=plan,
         )
 
 
@@ -149,6 +176,9 @@ def prompt_facts(
     tools: list[dict[str, object]] | None,
     spec: SamplingSpec,
     history_tokens: int = 0,
+    conversation: ConversationReader | None = None,
+    temperature_from_chat: bool = False,
+    n: int = 1,
 ) -> PromptFacts:
     """What the passes before the queue see of a prompt (its tokens counted with ``served``'s tokenizer)."""
 
@@ -166,6 +196,11 @@ def prompt_facts(
         structured=spec.structured_outputs is not None or spec.constraint is not None,
         count_tokens=tokens,
         history_tokens=history_tokens,
+        spec=spec,
+        temperature_from_chat=temperature_from_chat,
+        n=n,
+        tools=tools,
+        conversation=conversation,
     )
 
 
@@ -179,6 +214,8 @@ def prompt_plan(
     tools: list[dict[str, object]] | None = None,
     spec: SamplingSpec | None = None,
     history_tokens: int = 0,
+    conversation: Conversation | None = None,
+    n: int = 1,
 ) -> PromptPlan:
     """The passes before the queue for a prompt whose chat the caller writes itself in a transaction of its own (an
     API call: once for all its choices), to hand to :func:`run_create` as ``plan``. A refusal is recorded as a
@@ -190,10 +227,12 @@ def prompt_plan(
                 tier=tier,
                 content=content,
                 served=served,
-                max_tokens=max_tokens or settings.CHAT_LIMITS.default_max_tokens,
+                max_tokens=max_tokens or 0,
                 tools=tools,
                 spec=spec or SamplingSpec(),
                 history_tokens=history_tokens,
+                conversation=fixed_conversation(conversation) if conversation is not None else None,
+                n=n,
             )
         )
     except PromptRefused as refused:
@@ -237,7 +276,7 @@ def _run_create(
     metadata: dict[str, str],
     store: bool,
     prompt_cache_key: str,
-    passes: list[dict[str, object]],
+    plan: PromptPlan,
 ) -> Run:
     limits = user_limits(user=user)  # once per prompt: the cap, admission, then the scheduler's weight
     max_tokens = _resolve_max_tokens(limits=limits, requested=sampling.max_tokens)
@@ -275,7 +314,7 @@ def _run_create(
         metadata=metadata,
         store=store,
         prompt_cache_key=prompt_cache_key,
-        passes=passes,
+        passes=plan.records_json(),
     )
     try:
         written = prompt_insert(
@@ -292,7 +331,12 @@ def _run_create(
         if written.run_id is None:
             raise Chat.DoesNotExist("No such chat, or it belongs to another user.")
         run.user_message = message
-        ticket.bind_on_commit(run, then=lambda: run_enqueue(run=run, limits=limits))
+        hit = plan.cache.lookup.hit if plan.cache is not None else None
+        if hit is not None:  # answered from the cache: never queued, its stream written at once
+            answer = hit.answer
+            ticket.bind_on_commit(run, then=lambda: _answer_from_cache(run_id=run.pk, answer=answer))
+        else:
+            ticket.bind_on_commit(run, then=lambda: _enqueue(run=run, limits=limits, plan=plan))
     except IntegrityError as exc:
         if "one_active_run_per_chat" in str(exc):
             raise run_in_progress_error() from exc
@@ -300,6 +344,15 @@ def _run_create(
     finally:
         ticket.release_unless_bound()
     return run
+
+
+def _answer_from_cache(*, run_id: int, answer: str) -> None:
+    run_answer_from_cache(run_id=run_id, answer=answer)
+
+
+def _enqueue(*, run: Run, limits: EffectiveLimits, plan: PromptPlan) -> None:
+    cache_after_create(run=run, plan=plan)  # a miss's embedding waits for the run's end
+    run_enqueue(run=run, limits=limits)
 
 
 def run_in_progress_error() -> ConflictError:

@@ -29,7 +29,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def clean_redis() -> Iterator[redis.Redis]:
     """Each test starts with an empty Redis database (the test command points REDIS_URL at its own db)."""
     client = get_redis()
-    assert settings.REDIS_URL.rsplit("/", 1)[-1] != "0", "tests must not run against Redis db 0 (the dev stack's)"
+    # The db the client really uses: a URL whose path is not a number (".../DB1") silently means db 0.
+    assert int(client.connection_pool.connection_kwargs.get("db", 0)) != 0, (
+        f"tests must not run against Redis db 0 (the dev stack's); REDIS_URL names db "
+        f"{settings.REDIS_URL.rsplit('/', 1)[-1]!r}: give a number from 1 to 15"
+    )
     client.flushdb()
     yield client
     client.flushdb()

@@ -9,6 +9,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from core.config import (
     BASE_DIR,
+    answer_cache_config_from_env,
     chat_limits_from_env,
     context_config_from_env,
     deployment_config_from_env,
@@ -49,6 +50,7 @@ INSTALLED_APPS = [
     "model_routing",
     "chats",
     "moderation",
+    "answer_cache",
     "runs",
     "feedback",
     "rollouts",
@@ -178,6 +180,7 @@ CONTEXT = context_config_from_env()
 OUTAGES = outage_config_from_env()
 EMBEDDINGS = embedding_config_from_env()
 MODERATION = moderation_config_from_env()
+ANSWER_CACHE = answer_cache_config_from_env()
 
 # One stderr handler for every process (web, dispatcher, workers: see chatproject/celery.py); docs/operations.md "Logs".
 LOG_FORMAT = env.str("LOG_FORMAT", default="plain")

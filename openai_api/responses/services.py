@@ -41,6 +41,7 @@ from openai_api.service_tier import service_tier_for
 from openai_api.services import check_message_count
 from openai_api.tools.prompt import history_with_tools
 from runs.models import PromptMode
+from runs.passes.cache import api_conversation
 from runs.selectors import prompt_cache_key_worker
 from runs.services import SamplingRequest, chat_delete, prompt_plan, run_create
 
@@ -139,6 +140,7 @@ def response_create(
         max_tokens=sampling.max_tokens,
         tools=chat_request.tools.tools or None,
         spec=sampling.spec,
+        conversation=api_conversation([(role, content) for role, content, _ in turns]),
     )
     with transaction.atomic():
         chat = Chat.objects.create(

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from accounts.models import Tier, User
 from core.errors import DomainError
 from deployments.selection import Served
+from generation.sampling import SamplingSpec
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,8 @@ class PromptFacts:
     """As the request resolved it: ``served.auto`` when it named ``model: "auto"``, ``served.defaulted`` when it
     named no model (a tier whose default is ``auto`` routes it); a pinned ``name`` or ``name@version`` neither."""
     max_tokens: int
+    """The client's own ``max_tokens`` (0: none asked; the tier's default then applies, which says nothing about the
+    answer's expected length)."""
     has_tools: bool = False
     structured: bool = False
     count_tokens: Callable[[str], int] = len
@@ -65,6 +68,16 @@ class PromptFacts:
     history_tokens: int = 0
     """The tokens of the conversation before the prompt, where the caller holds it (an API call's messages); a
     UI chat's history is not read here (it would cost a query per prompt): the router sees its new message."""
+    spec: SamplingSpec = field(default_factory=SamplingSpec)
+    """The sampling asked for (the cache's key; seeded, sampled or logprobs prompts bypass it)."""
+    temperature_from_chat: bool = False
+    """The prompt named no temperature: the chat's applies (the conversation says which)."""
+    n: int = 1
+    tools: list[dict[str, object]] | None = None
+    conversation: Callable[[Callable[[float | None], bool]], Any] | None = None
+    """Reads the system prompt and the turns before the prompt when the cache needs them
+    (``runs.passes.cache.ConversationReader``); None: the prompt is not answered from the cache (a revision asks for
+    a new answer)."""
 
 
 @dataclass
@@ -73,6 +86,8 @@ class PromptPlan:
 
     served: Served
     records: list[PassRecord] = field(default_factory=list)
+    cache: Any = None
+    """The cache pass's lookup (``runs.passes.cache.CachePlan``): a hit answers the run, a miss stores its answer."""
 
     def records_json(self) -> list[dict[str, Any]]:
         return [record.to_json() for record in self.records]

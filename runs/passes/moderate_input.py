@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import time
 
+from accounts.models import Tier, User
 from moderation.selectors import moderation_policy
 from moderation.services import moderate_input, violation_record
 from moderation.verdicts import Verdict
-
-from accounts.models import Tier, User
 from runs.passes import PassRecord, PromptFacts, PromptPlan, PromptRefused, timed
 
 NAME = "moderate_input"

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import time
 
+from deployments.selection import resolve_model
 from model_routing.policy import RouteFacts
 from model_routing.selectors import tier_default_is_auto
 from model_routing.services import route_auto
-
-from deployments.selection import resolve_model
 from runs.passes import PassRecord, PromptFacts, PromptPlan, timed
 
 NAME = "route"

@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("deployments",),
     ("model_routing",),
     ("chats",),
-    ("moderation",),
+    ("moderation", "answer_cache"),
     ("runs",),
     ("feedback",),
     ("rollouts",),

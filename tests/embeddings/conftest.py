@@ -9,7 +9,11 @@ import pytest
 
 from bench.lib.processes import stop_process_group, wait_http
 from tests.deployment_helpers import mark_ready_worker
-from tests.embeddings.helpers import ensure_embedding_deployment
+from tests.embeddings.helpers import (
+    embedding_deployment_state,
+    ensure_embedding_deployment,
+    restore_embedding_deployment,
+)
 from tests.live_stack import ROOT, LiveStack, _free_port, _spawn, _stack_env, _wait_log, web_argv
 
 WORKER = "embed@tests"
@@ -22,6 +26,7 @@ def embedding_stack_fixture(django_db_setup: None, django_db_blocker: object) ->
 
     with django_db_blocker.unblock():  # type: ignore[attr-defined]
         seed_default_tiers(Tier)
+        before = embedding_deployment_state()
         ensure_embedding_deployment()
     env = _stack_env({"EMBEDDING_TIMEOUT_S": "60"})
     port = _free_port()
@@ -38,6 +43,8 @@ def embedding_stack_fixture(django_db_setup: None, django_db_blocker: object) ->
     finally:
         for proc in processes.values():
             stop_process_group(proc)
+        with django_db_blocker.unblock():  # type: ignore[attr-defined]
+            restore_embedding_deployment(before)
 
 
 @pytest.fixture(autouse=True)

@@ -38,6 +38,26 @@ def ensure_embedding_deployment() -> ModelDeployment:
     return row
 
 
+def embedding_deployment_state() -> str | None:
+    """The packaged embedding deployment's status now (None: no row), for :func:`restore_embedding_deployment`."""
+    fields = default_embedding_fields()
+    row = ModelDeployment.objects.filter(name=fields["name"], version=fields["version"]).first()
+    return row.status if row is not None else None
+
+
+def restore_embedding_deployment(state: str | None) -> None:
+    """Puts the packaged embedding deployment back as it was before a package's tests made it ``ready`` in committed
+    rows (``state``: :func:`embedding_deployment_state` then), so later tests of other packages (the model listings)
+    see the database as they would have."""
+    fields = default_embedding_fields()
+    rows = ModelDeployment.objects.filter(name=fields["name"], version=fields["version"])
+    if state is None:
+        rows.delete()
+    else:
+        rows.update(status=state)
+    forget_cached()
+
+
 def model_folder() -> Path:
     return Path(settings.ENGINE.model_cache_dir) / default_embedding_fields()["name"]
 

@@ -5,10 +5,14 @@ and savepoints included, with the work after commit (the settlement, the summary
 the claim (4: the run with its tier, chat and user message in the locking read, then its update), the chat's
 earlier turns for the prompt (1), the first token's time (1), and the end (7: the run locked with its chat,
 user, tier and limits; the assistant message; the run; the day's usage in one upsert; the chat). A chat of the
-browser UI adds the summary check (2); an OpenAI-compatible call's chat has none.
+browser UI adds the summary check (2); an OpenAI-compatible call's chat has none. The tier's moderation policy (the
+output pass's) is a per-process snapshot, warm here as in a serving worker.
 """
 
 from __future__ import annotations
+
+import dataclasses
+from typing import Any
 
 import pytest
 from pytest_django.fixtures import DjangoAssertNumQueries
@@ -17,6 +21,7 @@ from accounts.models import UsageDay
 from chats.models import ChatOrigin
 from inference_workers.runtime import WorkerRuntime
 from inference_workers.services import generate_run
+from moderation.selectors import forget_cached_policies, moderation_policy
 from runs.models import RunStatus
 from tests.factories import ChatFactory, RunFactory
 
@@ -25,9 +30,16 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.mark.parametrize(("origin", "expected"), [(ChatOrigin.API, 13), (ChatOrigin.WEB, 15)])
 def test_a_generated_run_costs_a_fixed_number_of_round_trips(
-    sim_runtime: WorkerRuntime, django_assert_num_queries: DjangoAssertNumQueries, origin: ChatOrigin, expected: int
+    sim_runtime: WorkerRuntime,
+    django_assert_num_queries: DjangoAssertNumQueries,
+    origin: ChatOrigin,
+    expected: int,
+    settings: Any,
 ) -> None:
+    settings.MODERATION = dataclasses.replace(settings.MODERATION, policy_cache_s=600.0)
+    forget_cached_policies()
     chat = ChatFactory.create(origin=origin)
+    moderation_policy(tier=chat.owner.tier)
     first = RunFactory.create(chat=chat, max_tokens=8)
     with django_assert_num_queries(expected):  # the day's first run creates its usage row: the same count
         assert generate_run(run_id=first.pk, runtime=sim_runtime) == RunStatus.DONE

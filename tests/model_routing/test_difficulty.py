@@ -3,8 +3,11 @@ reproduces."""
 
 from __future__ import annotations
 
+import io
 import json
 from collections import Counter
+
+from django.core.management import call_command
 
 from model_routing.difficulty import WEIGHTS_PATH, agreement, default_model, is_held_out, labelled_prompts
 from model_routing.management.commands.train_difficulty import same_weights
@@ -37,6 +40,12 @@ def test_a_retrain_reproduces_the_committed_weights_and_their_agreement() -> Non
     held = [p for p in labelled_prompts() if is_held_out(p.family)]
     assert result.held_out_agreement == agreement(default_model(), held)
     assert result.train_size + result.held_out_size == len(list(labelled_prompts()))
+
+
+def test_the_training_command_checks_the_committed_weights() -> None:
+    out = io.StringIO()
+    call_command("train_difficulty", "--check", stdout=out)
+    assert "committed weights match" in out.getvalue() and "held out 54" in out.getvalue()
 
 
 def test_scores_are_probabilities_that_separate_obvious_prompts() -> None:

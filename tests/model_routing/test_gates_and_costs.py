@@ -66,6 +66,14 @@ def test_a_bad_cost_is_refused_before_anything_is_written(cost: str) -> None:
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("name", ["auto", "Auto"])
+def test_auto_is_never_a_deployments_name(name: str) -> None:
+    with pytest.raises(RegistrationError, match="reserved"):
+        register_deployment(name=name, version="v1", source_kind="packaged")
+    assert not ModelDeployment.objects.filter(name=name).exists()
+
+
+@pytest.mark.django_db
 def test_costs_default_to_zero() -> None:
     row = ModelDeployment.objects.get(is_default=True)
     assert (row.cost_per_million_input_tokens, row.cost_per_million_output_tokens) == (Decimal(0), Decimal(0))

@@ -128,7 +128,9 @@ def test_a_flagged_v1_prompt_is_an_openai_400_that_writes_only_the_violation(use
     assert violation.message_id is None and violation.direction == "input"
 
 
-def test_repeated_violations_suspend_the_user_per_the_tier_policy(api: APIClient) -> None:
+def test_repeated_violations_suspend_the_user_per_the_tier_policy(
+    api: APIClient, django_capture_on_commit_callbacks: Any
+) -> None:
     user = UserFactory.create()
     ModerationPolicy.objects.update_or_create(
         tier=user.tier, defaults={"violations_before_suspension": 2, "suspension_minutes": 10}
@@ -137,8 +139,9 @@ def test_repeated_violations_suspend_the_user_per_the_tier_policy(api: APIClient
     client = APIClient()
     client.force_authenticate(user)
     chat = ChatFactory.create(owner=user)
-    assert post(client, chat, FLAGGED).status_code == 400
-    assert post(client, chat, FLAGGED).status_code == 400
+    with django_capture_on_commit_callbacks(execute=True):  # the violations' marker is set after commit
+        assert post(client, chat, FLAGGED).status_code == 400
+        assert post(client, chat, FLAGGED).status_code == 400
 
     resp = post(client, chat, CLEAN)
 

@@ -58,6 +58,8 @@ def warm(settings: Any) -> None:
     """The tokenizer is loaded by the first prompt of the process: load it before counting, within the cache."""
     settings.API_TOKEN_CACHE_S = 600.0
     settings.DEPLOYMENTS = dataclasses.replace(settings.DEPLOYMENTS, cache_s=600.0, workers_cache_s=600.0)
+    # The passes' per-tier policies (moderation, answer cache) are per-process snapshots too.
+    settings.MODERATION = dataclasses.replace(settings.MODERATION, policy_cache_s=600.0)
     warm_user = UserFactory.create()
     assert post(token_client(warm_user), ChatFactory.create(owner=warm_user).pk).status_code == 202
 
