@@ -2,9 +2,9 @@
 
 ``input``: a string, a list of strings, or a list of multimodal parts of which only ``{"type": "text", "text"}``
 is taken (an ``image_url`` part is a 400: no backend here judges images). ``model``: a backend's name (``local``,
-``http``, ``guard``), or ``omni-moderation-latest``/``text-moderation-latest`` (and no ``model``), which mean the configured
-``MODERATION_BACKEND``. Every one of OpenAI's thirteen categories is in each result; those the backend does not
-judge are ``false`` with a score of ``0.0`` and an empty ``category_applied_input_types`` (docs/moderation.md).
+``http``, ``guard``), or ``omni-moderation-latest``/``text-moderation-latest`` (and no ``model``), which mean the
+configured ``MODERATION_BACKEND``. Every one of OpenAI's thirteen categories is in each result; those the backend
+does not judge are ``false`` with a score of ``0.0`` and an empty ``category_applied_input_types`` (docs/moderation.md).
 
 A category flags above ``MODERATION_THRESHOLD``. This endpoint classifies only: no tier policy or allow-list, no
 violation recorded, nothing charged against the token bucket.
