@@ -30,6 +30,7 @@ def model_listing() -> dict[str, Any]:
     default = selection.default_deployment()
     return {
         "default": default.name if default is not None else None,
+        "auto": bool(ready),
         "results": [
             {
                 "id": name,

@@ -32,3 +32,7 @@ class ModelListOutSerializer(serializers.Serializer[Any]):
         allow_null=True, help_text="The default deployment's name: what a chat whose `model` is empty uses."
     )
     results = ModelOutSerializer(many=True, help_text="Names with at least one ready version, by name.")
+    auto = serializers.BooleanField(
+        help_text='Whether `model: "auto"` may be chosen: the router picks a deployment per prompt (docs/routing.md); '
+        "true while a text-generation model is ready."
+    )

@@ -52,6 +52,7 @@ def test_lists_each_ready_name_with_its_ready_versions_newest_first(api: APIClie
     assert resp.status_code == 200, resp.content
     assert resp.json() == {
         "default": v1.name,
+        "auto": True,
         "results": sorted(
             [
                 {
@@ -138,7 +139,7 @@ def test_the_schema_documents_the_endpoint(db: None) -> None:
     assert operation["operationId"] == "models_list"
     ref = operation["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
     listing = schema["components"]["schemas"][ref.rsplit("/", 1)[-1]]
-    assert set(listing["properties"]) == {"default", "results"}
+    assert set(listing["properties"]) == {"default", "results", "auto"}
 
 
 # A chat's model, through the chat endpoints.

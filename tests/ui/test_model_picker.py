@@ -30,8 +30,8 @@ def test_the_picker_lists_the_ready_models_and_a_new_chat_keeps_the_pinned_versi
 
     picker = page.get_by_role("combobox", name="Model")
     options = picker.locator("option")
-    expect(options).to_have_count(3)
-    assert [options.nth(i).get_attribute("value") for i in range(3)] == [v1.name, f"{v1.name}@v2", v1.key]
+    expect(options).to_have_count(4)
+    assert [options.nth(i).get_attribute("value") for i in range(4)] == [v1.name, f"{v1.name}@v2", v1.key, "auto"]
     expect(options.first).to_have_text(f"{v1.name} (default)")
     expect(picker).to_have_value(v1.name)
     expect(picker).to_be_enabled()

@@ -1,9 +1,12 @@
 // The model picker above the prompt box: the ready models of GET /api/models, each name (every run
-// goes to one of its ready versions, by traffic weight) followed by its pinned `name@version`s. It
+// goes to one of its ready versions, by traffic weight) followed by its pinned `name@version`s, then `auto`
+// (the router picks a deployment per prompt) when the listing offers it. It
 // shows the open chat's model ("" is the default model: its name is shown) or, for a chat not created
 // yet, the model it will be created with. Saving a change is the chat page's job (onChange).
 
 import { api } from "./api.js";
+
+const AUTO_MODEL = "auto"; // deployments.selection.AUTO_MODEL
 
 export class ModelPicker {
   /** `onChange(model)`: the user picked another model. */
@@ -11,6 +14,7 @@ export class ModelPicker {
     this.select = modelSelect;
     this.defaultName = "";
     this.models = []; // the listing's results
+    this.auto = false; // whether `auto` (the router's choice per prompt) is offered
     this.shown = ""; // the model the picker stands for ("" = the default)
     this.busy = false;
     this.select.addEventListener("change", () => onChange(this.select.value));
@@ -33,6 +37,7 @@ export class ModelPicker {
     }
     this.defaultName = listing.default || "";
     this.models = listing.results;
+    this.auto = Boolean(listing.auto);
     this.#render();
   }
 
@@ -63,6 +68,7 @@ export class ModelPicker {
         options.push(this.#option(version.id, `${version.id}${idle}`));
       }
     }
+    if (this.auto) options.push(this.#option(AUTO_MODEL, "auto (the router picks per prompt)"));
     const wanted = this.shown || this.defaultName;
     if (!options.some((option) => option.value === wanted)) {
       // The chat's model is not ready right now (or the list did not load): still show what it is.
