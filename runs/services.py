@@ -142,7 +142,11 @@ def run_create(
                 )
             )
         except PromptRefused as refused:
-            prompt_refuse(chat_id=chat_id, user=user, tier=tier, content=content, role=prompt_role, refused=refused)
+            kept = prompt_refuse(
+                chat_id=chat_id, user=user, tier=tier, content=content, role=prompt_role, refused=refused
+            )
+            if kept is None:  # another user's chat reads as a missing one, flagged or not
+                raise Chat.DoesNotExist("No such chat, or it belongs to another user.") from None
             raise
     served = plan.served
     with using_model(served.local_path):
@@ -245,10 +249,11 @@ def prompt_refuse(
 ) -> Message | None:
     """Keeps a refused prompt in the user's chat ``chat_id`` as a refused message (never answered, never in a
     prompt) with its violation record, and names it in the refusal (``message_id``); None when the chat is not the
-    user's (the caller's 404 follows from the refusal all the same: nothing is written)."""
+    user's (the caller answers 404: only the violation is recorded, nothing is written into the chat)."""
     with transaction.atomic():
         chat = Chat.objects.select_for_update().filter(pk=chat_id, owner=user).first() if 0 < chat_id < 2**63 else None
         if chat is None:
+            refusal_record(user=user, tier=tier, refused=refused, message_id=None)
             return None
         message = Message.objects.create(
             chat=chat, role=role, content=content, token_count=0, moderation=Moderation.REFUSED
