@@ -248,9 +248,10 @@ def cache_after_create(*, run: Run, plan: PromptPlan) -> None:
 
 
 def cache_after_finish(*, run: Run) -> None:
-    """At a run's end (after commit): its answer is stored when its prompt missed and it finished with ``stop``."""
-    if not any(p.get("pass") == NAME and p.get("decision") == "miss" for p in run.passes):
-        return
+    """At a run's end (after commit): its answer is stored when its prompt missed, it finished with ``stop`` and the
+    caller did not ask for it not to be kept (``store: false``)."""
+    if not run.store or not any(p.get("pass") == NAME and p.get("decision") == "miss" for p in run.passes):
+        return  # OpenAI's `store: false`: the caller asked that its answer not be kept
     message = run.assistant_message
     if message is None or run.user_message is None:
         return
