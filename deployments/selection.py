@@ -119,7 +119,7 @@ def _served(row: ModelDeployment) -> Served:
     )
 
 
-class _Snapshot:
+class Snapshot:
     """A per-process copy of a read that may be ``max_age_s`` old (thread-safe; one reader refreshes it)."""
 
     def __init__(self, read: Callable[[], Any], max_age: Callable[[], float]) -> None:
@@ -151,8 +151,8 @@ def _read_ready_workers() -> dict[str, int]:
     return ready_worker_counts(keys)
 
 
-_deployments = _Snapshot(_read_deployments, lambda: settings.DEPLOYMENTS.cache_s)
-_ready_workers = _Snapshot(_read_ready_workers, lambda: settings.DEPLOYMENTS.workers_cache_s)
+_deployments = Snapshot(_read_deployments, lambda: settings.DEPLOYMENTS.cache_s)
+_ready_workers = Snapshot(_read_ready_workers, lambda: settings.DEPLOYMENTS.workers_cache_s)
 
 
 def forget_cached() -> None:

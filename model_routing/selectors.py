@@ -6,13 +6,12 @@ costs no query per prompt; an admin's edit reaches every process within that bou
 
 from __future__ import annotations
 
-import threading
-import time
 from dataclasses import dataclass
 
 from django.conf import settings
 
 from accounts.models import Tier
+from deployments.selection import Snapshot
 from model_routing.defaults import default_policy_fields
 from model_routing.models import RoutePolicy
 from model_routing.policy import RouterConfig
@@ -52,32 +51,17 @@ def route_policy_for(*, tier: Tier) -> RoutePolicy:
     return found or RoutePolicy(tier=tier, **default_policy_fields(tier.name))
 
 
-class _Policies:
-    def __init__(self) -> None:
-        self._by_tier: dict[int, TierRouting] = {}
-        self._at = float("-inf")
-        self._lock = threading.Lock()
-
-    def get(self, tier: Tier) -> TierRouting:
-        if time.monotonic() - self._at > settings.DEPLOYMENTS.cache_s:
-            with self._lock:
-                if time.monotonic() - self._at > settings.DEPLOYMENTS.cache_s:
-                    self._by_tier = {p.tier_id: _routing(p) for p in RoutePolicy.objects.all()}
-                    self._at = time.monotonic()
-        found = self._by_tier.get(tier.pk)
-        return found or _routing(RoutePolicy(tier=tier, **default_policy_fields(tier.name)))
-
-    def clear(self) -> None:
-        with self._lock:
-            self._at = float("-inf")
+def _read_policies() -> dict[int, TierRouting]:
+    return {p.tier_id: _routing(p) for p in RoutePolicy.objects.all()}
 
 
-_policies = _Policies()
+_policies = Snapshot(_read_policies, lambda: settings.DEPLOYMENTS.cache_s)
 
 
 def tier_routing(*, tier: Tier) -> TierRouting:
     """The tier's routing as of at most ``DEPLOYMENT_CACHE_S`` ago."""
-    return _policies.get(tier)
+    found: TierRouting | None = _policies.get().get(tier.pk)
+    return found or _routing(RoutePolicy(tier=tier, **default_policy_fields(tier.name)))
 
 
 def tier_default_is_auto(*, tier: Tier) -> bool:

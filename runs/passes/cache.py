@@ -221,7 +221,6 @@ class AnswerCache:
         if hit is not None and facts.max_tokens and hit.output_tokens > facts.max_tokens:
             lookup = dataclasses.replace(lookup, hit=None)  # longer than this prompt allows: generate it
         plan.cache = CachePlan(lookup=lookup)
-        ms = (time.perf_counter() - started) * 1000
         if lookup.bypass is not None:
             return timed(NAME, started, "bypass", reason=str(lookup.bypass))
         detail: dict[str, object] = {"embed_ms": round(lookup.embed_ms, 3), "lookup_ms": round(lookup.lookup_ms, 3)}
@@ -236,7 +235,6 @@ class AnswerCache:
             saved_input_tokens=found.input_tokens,
             saved_output_tokens=found.output_tokens,
         )
-        logger.debug("cache hit for a prompt of user %s (%.1f ms)", facts.user.pk, ms)
         return timed(NAME, started, "hit", **detail)
 
 
