@@ -1,21 +1,15 @@
-"""Each web process's vector index of the cache entries, and how it follows Postgres.
+"""Each web process's vector index of the cache entries (``core.vector_index``), and how it follows Postgres.
 
-**The library**: usearch (Unum's single-file HNSW engine; Apache-2.0; wheels for CPython 3.11 on x86-64, works
-with the venv's numpy 2). A partition (one scope and one partition digest: ``answer_cache.keys``) is searched only
-among its own entries, so each partition is its own index: an HNSW graph (``usearch.index.Index``, inner product on
-unit vectors, so similarity = 1 - distance) once it holds ``ANSWER_CACHE_HNSW_MIN_ENTRIES`` entries, and usearch's
-exact SIMD search (``usearch.index.search(..., exact=True)``) below that. A graph reserves about 50 KB even for
-one vector, and most partitions (a user's own, any with history) hold a handful of entries, for which an exact
-search is both cheaper and exact; the large ones (a tier's shared partition, a user's repeated questions to one
-model) get the graph.
+A partition (one scope and one partition digest: ``answer_cache.keys``) is searched only among its own entries, so
+each partition is its own index (:func:`index_key`): an HNSW graph once it holds ``ANSWER_CACHE_HNSW_MIN_ENTRIES``
+entries, an exact search below that. Most partitions (a user's own, any with history) hold a handful of entries;
+the large ones (a tier's shared partition, a user's repeated questions to one model) get the graph.
 
-**Consistency across web processes** (each has its own :class:`SemanticIndex`; Postgres is the record):
+**Consistency across web processes** (each has its own index; Postgres is the record):
 
-* *New entries* written by another process are read before a lookup, at most every ``ANSWER_CACHE_SYNC_MS``:
-  the rows with an id above the highest id seen (the watermark), plus those created within
-  ``ANSWER_CACHE_SYNC_OVERLAP_S`` (an id is taken before its row commits, so a row can appear after a higher one;
-  the overlap rereads them, and ids already held are skipped). One thread catches up at a time; the others search
-  what is there (at worst a miss, never a wrong answer). The process that stores an entry adds it at once.
+* *New entries* written by another process are read before a lookup, at most every ``ANSWER_CACHE_SYNC_MS``
+  (``answer_cache.sync``), with an ``ANSWER_CACHE_SYNC_OVERLAP_S`` overlap. The process that stores an entry adds it
+  at once.
 * *Deletions, purges, expiry, retirement*: a hit is a candidate only. Its row is read (one primary-key query) and
   must exist, be unexpired, belong to the same scope and partition, and its deployment must not be retired; a
   candidate that fails is dropped from the index and the next one is tried. Every ``ANSWER_CACHE_RECONCILE_S`` a
@@ -26,167 +20,10 @@ model) get the graph.
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Iterable
-from dataclasses import dataclass
 
-import numpy as np
 from django.conf import settings
-from usearch.index import Index, MetricKind
-from usearch.index import search as exact_search
 
-Vector = np.ndarray
-
-
-def to_unit(vector: Iterable[float]) -> Vector:
-    """A float32 copy of ``vector`` scaled to unit length (the embedding model normalizes; this makes sure)."""
-    array = np.asarray(list(vector) if not isinstance(vector, np.ndarray) else vector, dtype=np.float32)
-    norm = float(np.linalg.norm(array))
-    return array / norm if norm > 0 else array
-
-
-def pack(vector: Vector) -> bytes:
-    return to_unit(vector).astype("<f4").tobytes()
-
-
-def unpack(raw: bytes | memoryview) -> Vector:
-    return np.frombuffer(bytes(raw), dtype="<f4").astype(np.float32)
-
-
-@dataclass(frozen=True)
-class IndexedRow:
-    """What the index needs of one entry."""
-
-    id: int
-    index_key: str
-    vector: Vector
-
-
-class PartitionIndex:
-    """One partition's entries: an exact search below ``hnsw_min`` entries, an HNSW graph from then on."""
-
-    def __init__(self, ndim: int, hnsw_min: int) -> None:
-        self.ndim = ndim
-        self.hnsw_min = hnsw_min
-        self._keys = np.empty(0, dtype=np.uint64)
-        self._vectors = np.empty((0, ndim), dtype=np.float32)
-        self._graph: Index | None = None
-
-    def __len__(self) -> int:
-        return len(self._graph) if self._graph is not None else len(self._keys)
-
-    @property
-    def is_graph(self) -> bool:
-        return self._graph is not None
-
-    def add(self, key: int, vector: Vector) -> None:
-        if self._graph is not None:
-            self._graph.add(key, vector)
-            return
-        self._keys = np.append(self._keys, np.uint64(key))
-        self._vectors = np.vstack([self._vectors, vector[None, :]])
-        if len(self._keys) >= self.hnsw_min:
-            graph = Index(ndim=self.ndim, metric=MetricKind.IP, dtype="f32")
-            graph.add(self._keys, self._vectors)
-            self._graph = graph
-            self._keys = np.empty(0, dtype=np.uint64)
-            self._vectors = np.empty((0, self.ndim), dtype=np.float32)
-
-    def remove(self, key: int) -> None:
-        if self._graph is not None:
-            self._graph.remove(key)
-            return
-        keep = self._keys != np.uint64(key)
-        self._keys, self._vectors = self._keys[keep], self._vectors[keep]
-
-    def search(self, query: Vector, count: int) -> list[tuple[int, float]]:
-        """Up to ``count`` ``(entry id, cosine similarity)``, most similar first."""
-        if len(self) == 0:
-            return []
-        if self._graph is not None:
-            found = self._graph.search(query, count)
-            return [(int(k), 1.0 - float(d)) for k, d in zip(found.keys, found.distances, strict=True)]
-        found = exact_search(self._vectors, query, min(count, len(self._keys)), MetricKind.IP, exact=True)
-        return [(int(self._keys[int(row)]), 1.0 - float(d)) for row, d in zip(found.keys, found.distances, strict=True)]
-
-
-class SemanticIndex:
-    """A process's partitions, the entry ids it holds, and when it last caught up with Postgres.
-
-    Thread-safe: a lock guards the partitions (searches and changes are short); catching up reads Postgres outside
-    it, one thread at a time.
-    """
-
-    def __init__(self, *, hnsw_min: int | None = None) -> None:
-        self.hnsw_min = settings.ANSWER_CACHE.hnsw_min_entries if hnsw_min is None else hnsw_min
-        self._lock = threading.Lock()
-        self._sync_lock = threading.Lock()
-        self._partitions: dict[str, PartitionIndex] = {}
-        self._where: dict[int, str] = {}
-        self.watermark = 0
-        self.synced_at = float("-inf")
-        self.reconciled_at = time.monotonic()
-
-    def __len__(self) -> int:
-        return len(self._where)
-
-    def __contains__(self, entry_id: int) -> bool:
-        return entry_id in self._where
-
-    def add(self, rows: Iterable[IndexedRow]) -> int:
-        """Adds the rows not held yet; returns how many were new."""
-        added = 0
-        with self._lock:
-            for row in rows:
-                if row.id in self._where:
-                    continue
-                partition = self._partitions.get(row.index_key)
-                if partition is None:
-                    partition = self._partitions[row.index_key] = PartitionIndex(len(row.vector), self.hnsw_min)
-                if len(row.vector) != partition.ndim:
-                    continue  # a vector of another model cannot share a partition (the digest names the model)
-                partition.add(row.id, row.vector)
-                self._where[row.id] = row.index_key
-                self.watermark = max(self.watermark, row.id)
-                added += 1
-        return added
-
-    def discard(self, entry_ids: Iterable[int]) -> None:
-        with self._lock:
-            for entry_id in entry_ids:
-                index_key = self._where.pop(entry_id, None)
-                if index_key is None:
-                    continue
-                partition = self._partitions[index_key]
-                partition.remove(entry_id)
-                if len(partition) == 0:
-                    del self._partitions[index_key]
-
-    def held_ids(self) -> set[int]:
-        with self._lock:
-            return set(self._where)
-
-    def search(self, index_key: str, query: Vector, count: int) -> list[tuple[int, float]]:
-        with self._lock:
-            partition = self._partitions.get(index_key)
-            return partition.search(query, count) if partition is not None else []
-
-    def partition_size(self, index_key: str) -> int:
-        with self._lock:
-            partition = self._partitions.get(index_key)
-            return len(partition) if partition is not None else 0
-
-    def sync_lock(self, *, force: bool = False) -> threading.Lock | None:
-        """The sync lock, acquired, when this thread should catch up now (due, and no other thread is at it);
-        ``force`` waits for it whatever the time."""
-        if force:
-            self._sync_lock.acquire()
-            return self._sync_lock
-        if (time.monotonic() - self.synced_at) * 1000 < settings.ANSWER_CACHE.sync_ms:
-            return None
-        if not self._sync_lock.acquire(blocking=False):
-            return None
-        return self._sync_lock
+from core.vector_index import SemanticIndex
 
 
 def index_key(scope: str, partition: str) -> str:
@@ -202,7 +39,8 @@ def process_index() -> SemanticIndex:
     global _process_index
     with _process_lock:
         if _process_index is None:
-            _process_index = SemanticIndex()
+            config = settings.ANSWER_CACHE
+            _process_index = SemanticIndex(hnsw_min=config.hnsw_min_entries, sync_ms=config.sync_ms)
         return _process_index
 
 

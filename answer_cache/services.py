@@ -21,13 +21,14 @@ from django.utils import timezone
 from accounts.models import Tier
 from answer_cache.eligibility import BypassReason, cache_eligible
 from answer_cache.guard import same_question
-from answer_cache.index import IndexedRow, index_key, pack, process_index, to_unit, unpack
+from answer_cache.index import index_key, process_index
 from answer_cache.keys import CacheKeyParts, own_scope, partition_digest, shared_scope
 from answer_cache.models import CacheEntry, CachePolicy, CacheSource
 from answer_cache.selectors import cache_policy_for, entry_for_hit
 from answer_cache.sync import index_catch_up
 from core.errors import DomainError
 from core.redis_client import get_redis
+from core.vector_index import IndexedRow, pack, to_unit, unpack
 from deployments.embeddings import embed
 from deployments.models import DeploymentKind, DeploymentStatus, ModelDeployment
 from deployments.selection import resolve_model

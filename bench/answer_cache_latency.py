@@ -11,7 +11,7 @@ vector index's lookup p50/p99 at 10,000 and 1,000,000 entries.
   default settings (the index catches up with Postgres at most every ``ANSWER_CACHE_SYNC_MS``). Prints the
   embedding time (the Redis RPC to the worker and its forward pass), the lookup time (catch-up, index search, row
   checks) and their sum, p50/p99.
-* **index**: one partition's usearch HNSW graph (``answer_cache.index.PartitionIndex``, inner product, usearch's
+* **index**: one partition's usearch HNSW graph (``core.vector_index.PartitionIndex``, inner product, usearch's
   default connectivity and expansion) filled with N random unit vectors of dimension 384 (not sentence
   embeddings: random vectors are the harder case for a graph, having no cluster structure), then 1,000 searches
   for the 4 nearest (what a lookup asks), one thread: p50/p99 per search, and recall@1 for queries that are
@@ -53,7 +53,7 @@ def unit_vectors(count: int, rng: np.random.Generator, dim: int = 384) -> np.nda
 def index_figures(sizes: list[int], searches: int, expansion_add: int | None) -> None:
     from usearch.index import Index, MetricKind
 
-    from answer_cache.index import PartitionIndex
+    from core.vector_index import PartitionIndex
 
     rng = np.random.default_rng(3)
     small = PartitionIndex(384, hnsw_min=64)

@@ -14,7 +14,7 @@ embedding worker's vectors match it within 1e-4 cosine, tests/embeddings), so no
 * **Workload**: every paraphrase pair's first wording and the different pairs' texts (hard negatives first) as new
   questions, then each paraphrase's second wording as a repeat, shuffled with a fixed seed so that repeats come
   after their originals and make 30% of the prompts. Each prompt goes through the cache's own index
-  (``answer_cache.index.SemanticIndex``, one partition): a hit above the threshold is served, a miss is stored.
+  (``core.vector_index.SemanticIndex``, one partition): a hit above the threshold is served, a miss is stored.
   Tokens: a prompt's input tokens are counted with the chat model's tokenizer and chat template (SmolLM2, the
   default deployment); every answer is taken as ``--answer-tokens`` output tokens
   (no answers are generated here: a cache entry records its run's real counts, and the saving per hit is those).
@@ -126,7 +126,7 @@ def workload(
     import numpy as np
 
     from answer_cache.guard import same_question
-    from answer_cache.index import IndexedRow, SemanticIndex, to_unit
+    from core.vector_index import IndexedRow, SemanticIndex, to_unit
 
     question_of: dict[str, int] = {}
     for number, pair in enumerate(pairs):

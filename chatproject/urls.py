@@ -6,6 +6,7 @@ from accounts.apis import TokenApi
 from chats.apis import ChatExportApi, ChatListCreateApi, ChatSearchApi
 from deployments.apis import ModelListApi
 from feedback.apis import RunFeedbackApi
+from memory.apis import MemoryDetailApi, MemoryListApi, MemoryStateApi
 from monitoring.health import healthz, readyz
 from monitoring.prometheus import metrics
 from runs.apis import (
@@ -33,6 +34,9 @@ urlpatterns = [
     path("api/chats/<int:chat_id>/continue", ChatContinueApi.as_view(), name="chat-continue"),
     path("api/chats/<int:chat_id>/export", ChatExportApi.as_view(), name="chat-export"),
     path("api/models", ModelListApi.as_view(), name="model-list"),
+    path("api/memory", MemoryStateApi.as_view(), name="memory-state"),
+    path("api/memories", MemoryListApi.as_view(), name="memory-list"),
+    path("api/memories/<int:memory_id>", MemoryDetailApi.as_view(), name="memory-detail"),
     path("api/runs/<int:run_id>", RunDetailApi.as_view(), name="run-detail"),
     path("api/runs/<int:run_id>/cancel", RunCancelApi.as_view(), name="run-cancel"),
     path("api/runs/<int:run_id>/feedback", RunFeedbackApi.as_view(), name="run-feedback"),

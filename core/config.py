@@ -517,3 +517,39 @@ def answer_cache_config_from_env() -> AnswerCacheConfig:
         hnsw_min_entries=env.int("ANSWER_CACHE_HNSW_MIN_ENTRIES", default=64),
         stash_ttl_s=env.int("ANSWER_CACHE_STASH_TTL_S", default=3600),
     )
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    """Cross-chat memory (``memory``, docs/memory.md): its switch, the embedding it searches with, and how each web
+    process's in-memory index of the memories follows Postgres."""
+
+    enabled: bool
+    """Off: nothing is kept or recalled for anyone, whatever the users and tiers say (memories stay listable)."""
+    embedding_model: str
+    """The embedding deployment (``name`` or ``name@version``) memories and prompts are embedded with."""
+    embed_timeout_s: float
+    """How long a prompt waits for its embedding before memory is skipped for it (never an error)."""
+    sync_ms: int
+    """A web process's index reads the memories other processes stored at most this often (before a recall)."""
+    sync_overlap_s: float
+    """Each catch-up also rereads the memories created this recently (ids are handed out before commit)."""
+    reconcile_s: float
+    """Seconds between a process's passes that drop from its index the memories deleted elsewhere."""
+    hnsw_min_entries: int
+    """A user with fewer memories is searched exactly; from this many their memories get an HNSW graph."""
+    min_chars: int
+    """A prompt shorter than this (``thanks``, ``go on``) is not kept as a memory."""
+
+
+def memory_config_from_env() -> MemoryConfig:
+    return MemoryConfig(
+        enabled=env.bool("MEMORY_ENABLED", default=True),
+        embedding_model=env.str("MEMORY_EMBEDDING_MODEL", default="all-MiniLM-L6-v2"),
+        embed_timeout_s=env.float("MEMORY_EMBED_TIMEOUT_S", default=1.0),
+        sync_ms=env.int("MEMORY_SYNC_MS", default=200),
+        sync_overlap_s=env.float("MEMORY_SYNC_OVERLAP_S", default=10.0),
+        reconcile_s=env.float("MEMORY_RECONCILE_S", default=60.0),
+        hnsw_min_entries=env.int("MEMORY_HNSW_MIN_ENTRIES", default=64),
+        min_chars=env.int("MEMORY_MIN_CHARS", default=12),
+    )

@@ -16,6 +16,7 @@ from core.config import (
     embedding_config_from_env,
     engine_config_from_env,
     env,
+    memory_config_from_env,
     moderation_config_from_env,
     outage_config_from_env,
     scheduler_config_from_env,
@@ -51,6 +52,7 @@ INSTALLED_APPS = [
     "chats",
     "moderation",
     "answer_cache",
+    "memory",
     "runs",
     "feedback",
     "rollouts",
@@ -181,6 +183,7 @@ OUTAGES = outage_config_from_env()
 EMBEDDINGS = embedding_config_from_env()
 MODERATION = moderation_config_from_env()
 ANSWER_CACHE = answer_cache_config_from_env()
+MEMORY = memory_config_from_env()
 
 # One stderr handler for every process (web, dispatcher, workers: see chatproject/celery.py); docs/operations.md "Logs".
 LOG_FORMAT = env.str("LOG_FORMAT", default="plain")

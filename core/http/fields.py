@@ -59,3 +59,14 @@ class StrictFloatField(serializers.FloatField):
         if isinstance(data, bool) or not isinstance(data, int | float):
             self.fail("not_number")
         return float(super().to_internal_value(data))
+
+
+class StrictBooleanField(serializers.BooleanField):
+    """A BooleanField that takes only ``true`` and ``false`` (JSON), not ``"yes"``, ``1`` or ``"on"``."""
+
+    default_error_messages = {"not_boolean": "must be true or false."}
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            self.fail("not_boolean")
+        return data

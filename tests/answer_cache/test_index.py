@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 from django.utils import timezone
 
-from answer_cache.index import IndexedRow, PartitionIndex, SemanticIndex, index_key, pack, to_unit
+from answer_cache.index import index_key
 from answer_cache.keys import own_scope
 from answer_cache.models import CacheEntry
 from answer_cache.sync import index_catch_up
+from core.vector_index import IndexedRow, PartitionIndex, SemanticIndex, pack, to_unit
 from tests.answer_cache.helpers import chat_deployment, near, unit_vector
 from tests.factories import UserFactory
 
@@ -104,10 +105,9 @@ def test_a_row_committed_after_a_higher_id_is_still_read_within_the_overlap() ->
 
 
 @pytest.mark.django_db
-def test_catch_up_waits_for_its_interval(settings: Any) -> None:
-    settings.ANSWER_CACHE = dataclasses.replace(settings.ANSWER_CACHE, sync_ms=60_000)
+def test_catch_up_waits_for_its_interval() -> None:
     user = UserFactory.create()
-    process_b = SemanticIndex(hnsw_min=64)
+    process_b = SemanticIndex(hnsw_min=64, sync_ms=60_000)
     index_catch_up(process_b)
     late = _entry(user, unit_vector(1))
     assert index_catch_up(process_b) == 0 and late.pk not in process_b

@@ -44,8 +44,10 @@ def test_search_finds_ones_own_chats_and_opens_a_hit(page: Page, login, screensh
     expect(page).to_have_url(re.compile(rf"/c/{bread.pk}$"))
     expect(page.locator("#chat-title")).to_have_text("Baking")
 
+    # Typed while the chat is still opening: the chat's load must not pull the caret into the prompt box.
     search.fill("no such words anywhere")
     expect(page.locator("#search-status")).to_have_text("No chats found.")
+    expect(page.locator("#prompt")).to_have_value("")
     search.press("Escape")
     expect(search).to_have_value("")
     expect(page.locator("#chat-list-scroll")).to_be_visible()

@@ -52,7 +52,7 @@ export class ChatPage {
     this.settings.show(null);
     if (window.matchMedia("(max-width: 768px)").matches) this.sidebar.setOpen(false, { focus: false });
     if (!chatId) {
-      this.composer.focus();
+      this.#focusComposer();
       return;
     }
     let chat;
@@ -89,7 +89,16 @@ export class ChatPage {
       if (!answered) this.startRun(run, { replacing: this.#replacedBubble(run) });
     }
     this.messages.maybeLoadOlder();
-    if (!this.run) this.composer.focus();
+    if (!this.run) this.#focusComposer();
+  }
+
+  /** Puts the caret in the prompt box once a chat is open, unless the user has meanwhile started typing in
+   * another field (the search box, a rename): their keystrokes must not land in the prompt. */
+  #focusComposer() {
+    const active = document.activeElement;
+    const typing = active && active !== this.composer.prompt
+      && (active.isContentEditable || ["INPUT", "TEXTAREA", "SELECT"].includes(active.tagName));
+    if (!typing) this.composer.focus();
   }
 
   async send() {

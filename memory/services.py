@@ -1,0 +1,191 @@
+"""Writes of memory, and the recall a prompt's pass calls (docs/memory.md).
+
+Memory never fails a prompt: a prompt that cannot be embedded in time recalls nothing (and is not kept), which the
+run's pass records. Adding a memory by hand does need its embedding: that is a 503 the user can retry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.db import transaction
+
+from accounts.models import Tier, User
+from chats.models import Chat, Message
+from core.errors import DomainError
+from core.vector_index import IndexedRow, pack, to_unit
+from deployments.embeddings import embed
+from deployments.models import DeploymentKind
+from deployments.selection import resolve_model
+from deployments.tokenizer import count_tokens
+from memory.index import index_catch_up, index_key, process_index
+from memory.models import MAX_MEMORY_CHARS, Memory, MemorySettings
+from memory.selectors import memories_for_recall, memory_available, memory_opted_in, tier_memory
+
+log = logging.getLogger(__name__)
+
+Embedded = tuple[list[float], str]
+"""A text's vector and the embedding deployment's ``name@version`` it came from."""
+
+RECALL_HEADING = "What the user said in other chats (use it only where it helps with this message):"
+EXTRA_CANDIDATES = 8
+"""Nearest memories read beyond ``top_k``: those said in the chat being answered, or deleted since the index saw
+them, must not hide the next best."""
+
+
+class MemoryOff(DomainError):
+    status_code = 409
+    code = "memory_unavailable"
+
+
+@dataclass(frozen=True)
+class Recalled:
+    id: int
+    content: str
+    similarity: float
+
+
+@dataclass(frozen=True)
+class Recall:
+    """What a prompt recalled (most similar first, within the tier's ``top_k`` and ``max_tokens``), the prompt's
+    embedding (which the caller may reuse), and what it cost."""
+
+    memories: list[Recalled] = field(default_factory=list)
+    embedded: Embedded | None = None
+    embed_ms: float = 0.0
+    lookup_ms: float = 0.0
+
+    @property
+    def texts(self) -> list[str]:
+        return [m.content for m in self.memories]
+
+
+def memory_block(texts: Sequence[str]) -> str:
+    """The text the prompt carries for recalled memories ("" for none): a heading and one line each."""
+    if not texts:
+        return ""
+    return "\n".join([RECALL_HEADING, *(f"- {' '.join(text.split())}" for text in texts)])
+
+
+def memory_digest(texts: Sequence[str]) -> str:
+    """What recalled memories add to an answer cache key (``answer_cache.keys.CacheKeyParts.context_digest``)."""
+    return hashlib.sha256(memory_block(texts).encode()).hexdigest() if texts else ""
+
+
+def memory_active(*, user_id: int, tier: Tier) -> bool:
+    """Whether memory is on for this user's prompts: the product's switch, the tier's policy and their opt-in."""
+    return memory_available(tier=tier) and memory_opted_in(user_id=user_id)
+
+
+def embed_text(text: str) -> Embedded:
+    """``text``'s vector from the memory embedding deployment; :class:`DomainError` (no such deployment, no worker,
+    no answer within ``MEMORY_EMBED_TIMEOUT_S``)."""
+    config = settings.MEMORY
+    embedder = resolve_model(config.embedding_model, kind=DeploymentKind.EMBED)
+    [vector] = embed([text], embedder, timeout_s=config.embed_timeout_s)
+    return vector, embedder.key
+
+
+def memory_recall(*, user_id: int, tier: Tier, prompt: str, chat_id: int | None) -> Recall:
+    """The user's memories from chats other than ``chat_id`` that are relevant to ``prompt``: one call to the
+    embedding deployment, the user's partition's nearest memories, each checked against its row; at most the tier's
+    ``top_k``, those at or above its ``min_similarity``, within its ``max_tokens``. An empty recall (with no
+    embedding) when the prompt could not be embedded."""
+    policy = tier_memory(tier=tier)
+    started = time.perf_counter()
+    try:
+        vector, model = embed_text(prompt)
+    except DomainError as exc:
+        log.warning("memory: the prompt was not embedded (%s)", exc)
+        return Recall(embed_ms=(time.perf_counter() - started) * 1000)
+    embedded = time.perf_counter()
+    index = process_index()
+    index_catch_up(index)
+    found = [
+        (memory_id, similarity)
+        for memory_id, similarity in index.search(
+            index_key(user_id, model), to_unit(vector), policy.top_k + EXTRA_CANDIDATES
+        )
+        if similarity >= policy.min_similarity
+    ]
+    rows = memories_for_recall(user_id=user_id, ids=[m for m, _ in found], exclude_chat_id=chat_id) if found else {}
+    memories: list[Recalled] = []
+    budget = policy.max_tokens
+    for memory_id, similarity in found:
+        content = rows.get(memory_id)
+        if content is None:
+            continue
+        tokens = count_tokens(content)
+        if tokens > budget:
+            continue
+        budget -= tokens
+        memories.append(Recalled(id=memory_id, content=content, similarity=similarity))
+        if len(memories) == policy.top_k:
+            break
+    done = time.perf_counter()
+    return Recall(
+        memories=memories,
+        embedded=(vector, model),
+        embed_ms=(embedded - started) * 1000,
+        lookup_ms=(done - embedded) * 1000,
+    )
+
+
+def _store(*, user_id: int, content: str, embedded: Embedded, chat: Chat | None, message: Message | None) -> Memory:
+    vector, model = embedded
+    unit = to_unit(vector)
+    memory = Memory.objects.create(
+        user_id=user_id, chat=chat, message=message, content=content, embedding=pack(unit), embedding_model=model
+    )
+    index = process_index()
+    transaction.on_commit(
+        lambda: index.add([IndexedRow(id=memory.pk, index_key=index_key(user_id, model), vector=unit)])
+    )
+    return memory
+
+
+def memory_keep(*, user_id: int, message: Message, embedded: Embedded | None) -> Memory | None:
+    """Keeps a prompt the user posted in a chat as a memory (its embedding from the recall that embedded it), unless
+    it is too short to say anything (``MEMORY_MIN_CHARS``) or was not embedded."""
+    content = message.content.strip()[:MAX_MEMORY_CHARS]
+    if embedded is None or len(content) < settings.MEMORY.min_chars:
+        return None
+    return _store(user_id=user_id, content=content, embedded=embedded, chat=message.chat, message=message)
+
+
+def memory_add(*, user: User, content: str) -> Memory:
+    """A memory the user added by hand (the API, the UI); :class:`MemoryOff` when memory is off for them,
+    ``EmbeddingUnavailable`` (503) when it cannot be embedded now."""
+    if not memory_available(tier=user.tier):
+        raise MemoryOff("Memory is switched off for your tier: nothing can be added to it.")
+    text = content.strip()[:MAX_MEMORY_CHARS]
+    return _store(user_id=user.pk, content=text, embedded=embed_text(text), chat=None, message=None)
+
+
+def memory_delete(*, memory: Memory) -> None:
+    """Deletes one memory: gone from Postgres at once, from this process's index too (others drop it at their
+    reconcile, and never recall it meanwhile: the row check fails)."""
+    memory_id = memory.pk
+    memory.delete()
+    process_index().discard([memory_id])
+
+
+def memory_clear(*, user: User) -> int:
+    """Deletes all the user's memories; returns how many."""
+    ids = list(Memory.objects.filter(user=user).values_list("id", flat=True))
+    Memory.objects.filter(user=user, pk__in=ids).delete()
+    process_index().discard(ids)
+    return len(ids)
+
+
+def memory_settings_set(*, user: User, enabled: bool) -> MemorySettings:
+    """Turns the user's memory on or off (off stops keeping and recalling; their memories stay until deleted)."""
+    if enabled and not memory_available(tier=user.tier):
+        raise MemoryOff("Memory is switched off for your tier: it cannot be turned on.")
+    row, _ = MemorySettings.objects.update_or_create(user=user, defaults={"enabled": enabled})
+    return row
