@@ -51,6 +51,9 @@ class CacheKeyParts:
     such a prompt is never shared across users."""
     user_context: bool = False
     """Per-user context went into the prompt (memories, custom instructions): never shared across users."""
+    context_digest: str = ""
+    """A digest of that context (the memories recalled into the prompt: ``memory.services.memory_digest``): two
+    prompts with different memories in them never share an answer."""
 
     @property
     def shareable(self) -> bool:
@@ -81,6 +84,8 @@ def partition_digest(parts: CacheKeyParts, *, embedding_model: str) -> str:
         "n": parts.n,
         "tools": parts.tools,
     }
+    if parts.context_digest:  # only when there is one: the keys of prompts without context stay as they were
+        document["context"] = parts.context_digest
     return _digest(document)
 
 

@@ -92,33 +92,43 @@ def _store_scope(*, user_id: int, tier: Tier, policy: CachePolicy, parts: CacheK
     return shared_scope(tier.pk) if policy.shared_scope and parts.shareable else own_scope(user_id)
 
 
-def _embed_prompt(prompt: str) -> tuple[list[float], str]:
+def _embed_prompt(prompt: str, embedded: tuple[list[float], str] | None = None) -> tuple[list[float], str]:
     """The prompt's vector from the configured embedding deployment, and that deployment's ``name@version``;
-    :class:`DomainError` (no such deployment, no worker, no answer in ``ANSWER_CACHE_EMBED_TIMEOUT_S``)."""
+    :class:`DomainError` (no such deployment, no worker, no answer in ``ANSWER_CACHE_EMBED_TIMEOUT_S``).
+    ``embedded``: the prompt's vector from another pass (memory), used when it came from the same deployment."""
     config = settings.ANSWER_CACHE
     embedder = resolve_model(config.embedding_model, kind=DeploymentKind.EMBED)
+    if embedded is not None and embedded[1] == embedder.key:
+        return embedded
     [vector] = embed([prompt], embedder, timeout_s=config.embed_timeout_s)
     return vector, embedder.key
 
 
 def cache_lookup(
-    *, user_id: int, tier: Tier, parts: CacheKeyParts, prompt: str, policy: CachePolicy | None = None
+    *,
+    user_id: int,
+    tier: Tier,
+    parts: CacheKeyParts,
+    prompt: str,
+    policy: CachePolicy | None = None,
+    embedded: tuple[list[float], str] | None = None,
 ) -> CacheLookup:
     """Looks the prompt up: one call to the embedding deployment, then the partition's nearest entries in the
     user's scope (and the tier's shared one, when allowed), each checked against its row and the lexical guard
     (``answer_cache.guard``), the best one at or above the tier's threshold answering. A hit counts on its entry
-    (``hits``, ``last_hit_at``). ``policy``: the tier's, when the caller holds it already."""
+    (``hits``, ``last_hit_at``). ``policy``: the tier's, when the caller holds it already; ``embedded``: the prompt's
+    vector and its model when another pass embedded it already (not embedded again when the model is the same)."""
     policy = policy or cache_policy_for(tier=tier)
     reason = cache_eligible(policy=policy, parts=parts, prompt=prompt)
     if reason is not None:
         return CacheLookup(bypass=reason)
     started = time.perf_counter()
     try:
-        vector, embedding_model = _embed_prompt(prompt)
+        vector, embedding_model = _embed_prompt(prompt, embedded)
     except DomainError as exc:
         log.warning("answer cache: the prompt was not embedded (%s)", exc)
         return CacheLookup(bypass=BypassReason.EMBEDDING_UNAVAILABLE, embed_ms=(time.perf_counter() - started) * 1000)
-    embedded = time.perf_counter()
+    embedded_at = time.perf_counter()
     hit = _search(
         user_id=user_id,
         tier=tier,
@@ -133,8 +143,8 @@ def cache_lookup(
         hit=hit,
         embedding=vector,
         embedding_model=embedding_model,
-        embed_ms=(embedded - started) * 1000,
-        lookup_ms=(done - embedded) * 1000,
+        embed_ms=(embedded_at - started) * 1000,
+        lookup_ms=(done - embedded_at) * 1000,
     )
 
 

@@ -108,8 +108,7 @@ def index_figures(sizes: list[int], searches: int, expansion_add: int | None) ->
 
 
 def miss_figures(lookups: int, entries: int) -> None:
-    from bench.lib.processes import stop_process_group
-    from bench.lib.stack import PY, ensure_database, flush_redis, spawn
+    from bench.lib.stack import embedding_worker, ensure_database, flush_redis
 
     ensure_database(os.environ["DATABASE_URL"])
     flush_redis(os.environ["REDIS_URL"])
@@ -119,17 +118,7 @@ def miss_figures(lookups: int, entries: int) -> None:
     from deployments.models import ModelDeployment
     from generation.sampling import SamplingSpec
 
-    logs = ROOT / "artifacts" / "answer-cache-bench"
-    logs.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "EMBEDDING_WORKER_THREADS": "1", "LOG_LEVEL": "WARNING"}
-    worker = spawn([PY, "manage.py", "run_embedding_worker"], env, logs / "worker.log")
-    try:
-        deadline = time.monotonic() + 300
-        while " serves " not in (logs / "worker.log").read_text(errors="replace"):
-            if worker.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"the embedding worker did not start; see {logs / 'worker.log'}")
-            time.sleep(0.5)
-        time.sleep(2)  # its first heartbeat lists it ready
+    with embedding_worker(ROOT / "artifacts" / "answer-cache-bench"):
         deployment = ModelDeployment.objects.get(is_default=True)
         user = User.objects.create(username=f"cache-bench-{time.time_ns()}", tier=Tier.objects.get(name="pro"))
         parts = CacheKeyParts(
@@ -171,8 +160,6 @@ def miss_figures(lookups: int, entries: int) -> None:
         print(f"miss ({lookups} lookups, {misses} misses, {entries} entries in the partition):")
         for label, values in (("embedding", embed_ms), ("lookup", lookup_ms), ("added in all", added_ms)):
             print(f"  {label:<13} p50 {pct(values, 0.5):7.2f} ms  p99 {pct(values, 0.99):7.2f} ms")
-    finally:
-        stop_process_group(worker)
 
 
 def main() -> None:

@@ -60,6 +60,8 @@ class PromptPlan:
     dropped_turns: int
     """Unsummarized turns left out because they did not fit (the summary is lagging behind)."""
     summary_included: bool
+    recalled: bool = False
+    """The user's recalled memories are in the new message."""
 
 
 def prompt_budget(*, context_limit_tokens: int, max_model_len: int, max_tokens: int) -> int:
@@ -95,9 +97,14 @@ def _messages(
     new_message: str,
     new_role: str = MessageRole.USER,
     head: Sequence[Turn] = (),
+    recalled: str = "",
 ) -> ChatMessages:
     messages: ChatMessages = [{"role": "system", "content": system}] if system else []
     messages.extend({"role": t.role, "content": t.content} for t in (*head, *turns))
+    if recalled and new_role == MessageRole.USER:
+        # After the stable prefix (system, summary, turns): the memories change from prompt to prompt. In the new
+        # message rather than a system message of their own, which not every chat template accepts mid-conversation.
+        new_message = f"{recalled}\n\n{new_message}"
     messages.append({"role": str(new_role), "content": new_message})
     return messages
 
@@ -136,15 +143,40 @@ def plan_prompt(
     drop_step: int = 1,
     new_role: str = MessageRole.USER,
     head: Sequence[Turn] = (),
+    recalled: str = "",
 ) -> PromptPlan:
     """Newest-kept verbatim turns after the summary, the whole rendered prompt within ``budget``.
 
     ``new_role`` is the role of the message the run answers: ``user``, ``tool`` when an OpenAI-compatible call
     ends with a tool's result, ``assistant`` when it ends with an answer to go on from. ``head``: messages kept
     right after the system prompt whatever the budget (an OpenAI-compatible call's leading system and developer
-    messages), never dropped with the oldest turns. Raises :class:`PromptTooLong` when not even the system prompt,
-    ``head`` and ``new_message`` fit.
+    messages), never dropped with the oldest turns. ``recalled``: the user's memories from other chats
+    (``memory.services.memory_block``), put before the new message's text, after everything that stays the same from
+    one prompt to the next; left out when they do not fit even with no turns. Raises :class:`PromptTooLong` when not
+    even the system prompt, ``head`` and ``new_message`` fit.
     """
+    args = (system_prompt, summary, turns, new_message, budget, count_tokens, drop_step, new_role, head)
+    if recalled:
+        try:
+            return _plan(*args, recalled=recalled)
+        except PromptTooLong:
+            pass  # the memories are a help, not the prompt: planned without them
+    return _plan(*args, recalled="")
+
+
+def _plan(
+    system_prompt: str,
+    summary: str,
+    turns: Sequence[Turn],
+    new_message: str,
+    budget: int,
+    count_tokens: PromptTokenCounter,
+    drop_step: int,
+    new_role: str,
+    head: Sequence[Turn],
+    *,
+    recalled: str,
+) -> PromptPlan:
     for summary_text in (summary, ""):
         system = system_content(system_prompt=system_prompt, summary=summary_text)
         points = cut_points(turns, drop_step=drop_step)
@@ -155,7 +187,7 @@ def plan_prompt(
         best: tuple[int, ChatMessages, int] | None = None
         while lo <= hi:
             mid = (lo + hi) // 2
-            messages = _messages(system, turns[points[mid] :], new_message, new_role, head)
+            messages = _messages(system, turns[points[mid] :], new_message, new_role, head, recalled)
             tokens = count_tokens(messages)
             if tokens <= budget:
                 best = (points[mid], messages, tokens)
@@ -171,6 +203,7 @@ def plan_prompt(
                 kept_turns=len(turns) - start,
                 dropped_turns=start,
                 summary_included=bool(summary_text.strip()),
+                recalled=bool(recalled),
             )
         if not summary.strip():
             break
@@ -191,7 +224,9 @@ def _split_head(turns: list[Turn]) -> tuple[list[Turn], list[Turn]]:
     return turns[:start], turns[start:]
 
 
-def plan_chat_prompt(*, chat: Chat, user_message: Message, context_limit_tokens: int, max_tokens: int) -> PromptPlan:
+def plan_chat_prompt(
+    *, chat: Chat, user_message: Message, context_limit_tokens: int, max_tokens: int, recalled: str = ""
+) -> PromptPlan:
     """Loads the chat's pieces before ``user_message`` and plans the prompt that answers it (see
     :func:`plan_prompt`); ``context_limit_tokens`` is the tier's, ``max_tokens`` the answer's.
 
@@ -226,6 +261,7 @@ def plan_chat_prompt(*, chat: Chat, user_message: Message, context_limit_tokens:
         drop_step=config.drop_step_turns,
         new_role=user_message.role,
         head=head,
+        recalled=recalled,
     )
 
 

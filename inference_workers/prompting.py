@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from chats.context import ChatMessages, PromptPlan, plan_chat_prompt
 from deployments.tokenizer import apply_chat_template
+from memory.services import memory_block
 from runs.models import PromptMode, Revision, Run
+from runs.passes.memory import recalled_memory_texts
 
 
 def plan_run_prompt(*, run: Run) -> PromptPlan:
-    """The run's prompt plan: its chat before its user message, within its tier's budget and its ``max_tokens``."""
+    """The run's prompt plan: its chat before its user message, within its tier's budget and its ``max_tokens``, and
+    the memories its prompt recalled from the user's other chats (``runs.passes.memory``)."""
     continued = run.replaces if run.revision == Revision.CONTINUE else None
     return plan_chat_prompt(
         chat=run.chat,
@@ -22,6 +25,7 @@ def plan_run_prompt(*, run: Run) -> PromptPlan:
         context_limit_tokens=run.tier.context_limit_tokens,
         # A continued answer follows the planned prompt: its tokens are left room for like the answer's own.
         max_tokens=run.max_tokens + (continued.token_count if continued is not None else 0),
+        recalled=memory_block(recalled_memory_texts(run)),
     )
 
 

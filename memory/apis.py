@@ -3,7 +3,7 @@ call one service or selector, serialize."""
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
@@ -12,7 +12,7 @@ from rest_framework.views import APIView
 
 from accounts.selectors import request_user
 from core.errors import error_response
-from core.http.pagination import BAD_PAGE, keyset_paginate, page_response, parse_limit
+from core.http.pagination import BAD_PAGE, PAGE_PARAMS, keyset_paginate, page_response, parse_limit
 from memory import selectors, services
 from memory.models import Memory
 from memory.serializers import (
@@ -56,19 +56,27 @@ class MemoryStateApi(APIView):
         responses={200: MemoryStateSerializer, **INVALID, **OFF},
         description="Turn memory on or off. On: each prompt you post in a chat is kept, and a new prompt recalls "
         "the relevant ones from your other chats. Off: nothing is kept or recalled; your memories stay until you "
-        "delete them.",
+        "delete them. A partial update: `{}` changes nothing.",
     )
     def patch(self, request: Request) -> Response:
         body = MemoryStateInSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        services.memory_settings_set(user=request_user(request), enabled=body.validated_data["enabled"])
+        if "enabled" in body.validated_data:
+            services.memory_settings_set(user=request_user(request), enabled=body.validated_data["enabled"])
         return _state(request)
 
 
 class MemoryListApi(APIView):
     @extend_schema(
         operation_id="memories_list",
-        parameters=[MemoryListSerializer],
+        parameters=[
+            OpenApiParameter(
+                "q",
+                {"type": "string", "maxLength": 200},
+                description="Words to find in your memories (web-search syntax).",
+            ),
+            *PAGE_PARAMS,
+        ],
         responses={200: page_response("MemoryPage", MemoryOutSerializer), **BAD_PAGE},
         description="Your memories, newest first; `q` finds those with its words (web-search syntax). Paged like "
         "the chat list.",

@@ -54,4 +54,6 @@ class MemoryStateSerializer(serializers.Serializer[object]):
 
 
 class MemoryStateInSerializer(StrictSerializer):
-    enabled = StrictBooleanField(help_text="Turn memory on (keep and recall what you say across chats) or off.")
+    enabled = StrictBooleanField(
+        required=False, help_text="Turn memory on (keep and recall what you say across chats) or off."
+    )

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import transaction
 
 from accounts.models import Tier, User
-from chats.models import Chat, Message
+from chats.models import Message
 from core.errors import DomainError
 from core.vector_index import IndexedRow, pack, to_unit
 from deployments.embeddings import embed
@@ -136,11 +136,18 @@ def memory_recall(*, user_id: int, tier: Tier, prompt: str, chat_id: int | None)
     )
 
 
-def _store(*, user_id: int, content: str, embedded: Embedded, chat: Chat | None, message: Message | None) -> Memory:
+def _store(
+    *, user_id: int, content: str, embedded: Embedded, chat_id: int | None = None, message_id: int | None = None
+) -> Memory:
     vector, model = embedded
     unit = to_unit(vector)
     memory = Memory.objects.create(
-        user_id=user_id, chat=chat, message=message, content=content, embedding=pack(unit), embedding_model=model
+        user_id=user_id,
+        chat_id=chat_id,
+        message_id=message_id,
+        content=content,
+        embedding=pack(unit),
+        embedding_model=model,
     )
     index = process_index()
     transaction.on_commit(
@@ -155,7 +162,7 @@ def memory_keep(*, user_id: int, message: Message, embedded: Embedded | None) ->
     content = message.content.strip()[:MAX_MEMORY_CHARS]
     if embedded is None or len(content) < settings.MEMORY.min_chars:
         return None
-    return _store(user_id=user_id, content=content, embedded=embedded, chat=message.chat, message=message)
+    return _store(user_id=user_id, content=content, embedded=embedded, chat_id=message.chat_id, message_id=message.pk)
 
 
 def memory_add(*, user: User, content: str) -> Memory:
@@ -164,7 +171,7 @@ def memory_add(*, user: User, content: str) -> Memory:
     if not memory_available(tier=user.tier):
         raise MemoryOff("Memory is switched off for your tier: nothing can be added to it.")
     text = content.strip()[:MAX_MEMORY_CHARS]
-    return _store(user_id=user.pk, content=text, embedded=embed_text(text), chat=None, message=None)
+    return _store(user_id=user.pk, content=text, embedded=embed_text(text))
 
 
 def memory_delete(*, memory: Memory) -> None:

@@ -34,6 +34,7 @@ from runs.passes.cache import (
     chat_conversation_reader,
     fixed_conversation,
 )
+from runs.passes.memory import memory_after_create
 from runs.passes.moderate_input import refusal_record
 from runs.passes.pipeline import prompt_passes
 from runs.prompt_insert import prompt_insert
@@ -139,6 +140,7 @@ def run_create(
                         exists=chat_temperature.exists if chat_temperature else True,
                     ),
                     temperature_from_chat=sampling.temperature_from_chat,
+                    chat_id=chat_id,
                 )
             )
         except PromptRefused as refused:
@@ -183,6 +185,7 @@ def prompt_facts(
     conversation: ConversationReader | None = None,
     temperature_from_chat: bool = False,
     n: int = 1,
+    chat_id: int | None = None,
 ) -> PromptFacts:
     """What the passes before the queue see of a prompt (its tokens counted with ``served``'s tokenizer)."""
 
@@ -205,6 +208,7 @@ def prompt_facts(
         n=n,
         tools=tools,
         conversation=conversation,
+        chat_id=chat_id,
     )
 
 
@@ -336,6 +340,7 @@ def _run_create(
         if written.run_id is None:
             raise Chat.DoesNotExist("No such chat, or it belongs to another user.")
         run.user_message = message
+        memory_after_create(run=run, plan=plan)  # the prompt is kept as a memory, when memory is on for the user
         hit = plan.cache.lookup.hit if plan.cache is not None else None
         if hit is not None:  # answered from the cache: never queued, its stream written at once
             answer = hit.answer

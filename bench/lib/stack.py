@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -81,3 +84,24 @@ def spawn(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[by
     """``cmd`` in a process group of its own, its output (stdout and stderr) written to ``log``."""
     with log.open("wb") as out:
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+@contextmanager
+def embedding_worker(logs: Path, *, threads: int = 1, ready_pause_s: float = 2.0) -> Iterator[None]:
+    """One embedding worker (``manage.py run_embedding_worker``, ``threads`` torch threads) for the block, its log in
+    ``logs/worker.log``; waits until it serves (and ``ready_pause_s`` more: its first heartbeat lists it ready)."""
+    from bench.lib.processes import stop_process_group
+
+    logs.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "EMBEDDING_WORKER_THREADS": str(threads), "LOG_LEVEL": "WARNING"}
+    worker = spawn([PY, "manage.py", "run_embedding_worker"], env, logs / "worker.log")
+    try:
+        deadline = time.monotonic() + 300
+        while " serves " not in (logs / "worker.log").read_text(errors="replace"):
+            if worker.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"the embedding worker did not start; see {logs / 'worker.log'}")
+            time.sleep(0.5)
+        time.sleep(ready_pause_s)
+        yield
+    finally:
+        stop_process_group(worker)

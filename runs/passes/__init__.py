@@ -8,11 +8,15 @@ charged or written):
    prompt as a refused message (``runs.services``) or, on ``/v1``, as the violation's record.
 2. ``route``: ``model: "auto"`` (or a tier whose default is ``auto``) goes through the router (``model_routing``),
    which picks the deployment; a pinned ``name`` or ``name@version`` is never rerouted.
-3. ``cache``: the semantic answer cache (``answer_cache``), keyed by the routed deployment.
+3. ``memory``: for a user who turned memory on (``memory``), the memories from their other chats that are relevant
+   to the prompt are recalled (the worker puts them into the prompt), and the prompt is kept as a memory.
+4. ``cache``: the semantic answer cache (``answer_cache``), keyed by the routed deployment and the memories
+   recalled (it reuses the prompt's embedding when memory embedded it with the same model).
 
-The order is fixed here, because each pass needs the one before it: a refused prompt must never be routed or
-looked up, and the cache's key names the deployment the router picked. Each pass is configured per tier by its
-own app's policy (the admin edits them); a pass that does not apply to a prompt records nothing.
+The order is fixed here, because each pass needs the one before it: a refused prompt must never be routed,
+remembered or looked up, and the cache's key names the deployment the router picked and what memory added.
+Each pass is configured per tier by its own app's policy (the admin edits them); a pass that does not apply to a
+prompt records nothing.
 
 **On the stream**: ``moderate_output``, in the worker (``inference_workers.output_moderation``), per the tier's
 policy: hold back a window of tokens and check it before each flush, or flush at once, check behind and retract.
@@ -78,6 +82,9 @@ class PromptFacts:
     """Reads the system prompt and the turns before the prompt when the cache needs them
     (``runs.passes.cache.ConversationReader``); None: the prompt is not answered from the cache (a revision asks for
     a new answer)."""
+    chat_id: int | None = None
+    """The chat of ``/api/chats`` the prompt is posted to (memory recalls from the user's other chats, and keeps the
+    prompt); None: an OpenAI-compatible call (stateless: no memory) or a revision."""
 
 
 @dataclass
@@ -88,6 +95,9 @@ class PromptPlan:
     records: list[PassRecord] = field(default_factory=list)
     cache: Any = None
     """The cache pass's lookup (``runs.passes.cache.CachePlan``): a hit answers the run, a miss stores its answer."""
+    memory: Any = None
+    """The memory pass's recall (``memory.services.Recall``): the memories the prompt carries, and its embedding
+    (kept as a memory once the prompt is written)."""
 
     def records_json(self) -> list[dict[str, Any]]:
         return [record.to_json() for record in self.records]

@@ -26,8 +26,10 @@ from answer_cache.services import CacheLookup, cache_lookup, cache_stash_embeddi
 from chats.context import chat_system_prompt
 from chats.models import Chat, Message, MessageRole, Moderation
 from generation.sampling import SamplingSpec
+from memory.services import memory_digest
 from runs.models import PromptMode, Run
 from runs.passes import PassRecord, PromptFacts, PromptPlan, timed
+from runs.passes.memory import recalled_digest
 
 logger = logging.getLogger(__name__)
 
@@ -130,6 +132,7 @@ def run_key_parts(run: Run) -> CacheKeyParts:
         deployment_key=_key(run),
         conversation=conversation,
         tools=run.tools,
+        context_digest=recalled_digest(run),
     )
 
 
@@ -145,6 +148,7 @@ def _parts(
     conversation: Conversation,
     tools: object,
     n: int = 1,
+    context_digest: str = "",
 ) -> CacheKeyParts:
     return CacheKeyParts(
         deployment_id=deployment_id,
@@ -156,6 +160,8 @@ def _parts(
         tools=tools or None,
         endpoint=conversation.endpoint,
         user_system_prompt=conversation.user_system_prompt,
+        user_context=bool(context_digest),
+        context_digest=context_digest,
     )
 
 
@@ -208,6 +214,7 @@ class AnswerCache:
                 return None
             return timed(NAME, started, "bypass", reason=str(reason))
         spec = effective(conversation.temperature)
+        recall = plan.memory
         parts = _parts(
             spec=spec,
             deployment_id=plan.served.id,
@@ -215,8 +222,16 @@ class AnswerCache:
             conversation=conversation,
             tools=facts.tools,
             n=facts.n,
+            context_digest=memory_digest(recall.texts) if recall is not None else "",
         )
-        lookup = cache_lookup(user_id=facts.user.pk, tier=facts.tier, parts=parts, prompt=facts.content, policy=policy)
+        lookup = cache_lookup(
+            user_id=facts.user.pk,
+            tier=facts.tier,
+            parts=parts,
+            prompt=facts.content,
+            policy=policy,
+            embedded=recall.embedded if recall is not None else None,
+        )
         hit = lookup.hit
         if hit is not None and facts.max_tokens and hit.output_tokens > facts.max_tokens:
             lookup = dataclasses.replace(lookup, hit=None)  # longer than this prompt allows: generate it

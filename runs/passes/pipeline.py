@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from runs.passes import PromptFacts, PromptPass, PromptPlan
 from runs.passes.cache import AnswerCache
+from runs.passes.memory import RecallMemory
 from runs.passes.moderate_input import ModerateInput
 from runs.passes.route import Route
 
-BEFORE_QUEUE: tuple[PromptPass, ...] = (ModerateInput(), Route(), AnswerCache())
+BEFORE_QUEUE: tuple[PromptPass, ...] = (ModerateInput(), Route(), RecallMemory(), AnswerCache())
 ROUTE_ONLY: tuple[PromptPass, ...] = (Route(),)
 """A regenerated or continued answer's: its prompt was checked when it was posted, and it wants a new answer."""
 

@@ -44,6 +44,7 @@ def test_the_same_parts_give_the_same_digest() -> None:
         {"max_tokens": 64},
         {"endpoint": "completions"},
         {"tools": [{"type": "function", "function": {"name": "f"}}]},
+        {"context_digest": "a" * 64, "user_context": True},
     ],
 )
 def test_each_part_that_decides_the_answer_changes_the_partition(change: dict[str, object]) -> None:

@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("deployments",),
     ("model_routing",),
     ("chats",),
-    ("moderation", "answer_cache"),
+    ("moderation", "answer_cache", "memory"),
     ("runs",),
     ("feedback",),
     ("rollouts",),

@@ -261,3 +261,35 @@ def test_a_chats_own_system_message_replaces_the_default_system_prompt(settings:
     ]
     plain = RunFactory.create()
     assert build_prompt_messages(run=plain)[0] == {"role": "system", "content": settings.CONTEXT.system_prompt}
+
+
+# Recalled memories (``memory``): after the stable prefix, inside the budget, left out when they do not fit.
+
+
+def test_recalled_memories_go_before_the_new_message_and_keep_the_prefix() -> None:
+    turns = _turns(8, 12)
+    common = {"system_prompt": "Be brief.", "summary": "", "turns": turns, "new_message": "Lunch ideas?"}
+    plain = plan_prompt(**common, budget=4000, count_tokens=rendered_token_count)  # type: ignore[arg-type]
+    block = "What the user said in other chats:\n- My daughter is allergic to peanuts."
+    planned = plan_prompt(**common, budget=4000, count_tokens=rendered_token_count, recalled=block)  # type: ignore[arg-type]
+
+    assert planned.recalled and not plain.recalled
+    assert planned.messages[:-1] == plain.messages[:-1]  # the prefix vLLM caches is the same
+    assert planned.messages[-1] == {"role": "user", "content": f"{block}\n\nLunch ideas?"}
+    assert planned.prompt_tokens == rendered_token_count(planned.messages) > plain.prompt_tokens
+
+
+def test_memories_that_do_not_fit_are_left_out_rather_than_failing_the_prompt() -> None:
+    alone = plan_prompt(
+        system_prompt="S", summary="", turns=[], new_message="q", budget=4000, count_tokens=rendered_token_count
+    )
+    planned = plan_prompt(
+        system_prompt="S",
+        summary="",
+        turns=[],
+        new_message="q",
+        budget=alone.prompt_tokens + 2,
+        count_tokens=rendered_token_count,
+        recalled="a memory far longer than the two tokens left in this budget",
+    )
+    assert not planned.recalled and planned.messages == alone.messages
