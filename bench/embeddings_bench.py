@@ -120,8 +120,8 @@ def main() -> None:
     if os.environ.get("REDIS_URL", "").rstrip("/").endswith("/0") or "REDIS_URL" not in os.environ:
         raise SystemExit("give the bench REDIS_URL of a Redis database of its own (not db 0)")
     configure_django()
-    from bench.lib.processes import stop_process_group, web_process
-    from bench.lib.stack import PY, ensure_database, flush_redis, high_limits_user, spawn
+    from bench.lib.processes import web_process
+    from bench.lib.stack import embedding_worker, ensure_database, flush_redis, high_limits_user
     from deployments.defaults import default_embedding_fields
 
     ensure_database(os.environ["DATABASE_URL"])
@@ -129,40 +129,28 @@ def main() -> None:
     token = high_limits_user()
     folder = Path(default_embedding_fields()["local_path"])
     logs = ROOT / "artifacts" / "embeddings-bench"
-    logs.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "EMBEDDING_WORKER_THREADS": str(args.threads), "LOG_LEVEL": "WARNING"}
-    worker = spawn([PY, "manage.py", "run_embedding_worker"], env, logs / "worker.log")
     rng = random.Random(7)
     sizes = [int(x) for x in args.batch_sizes.split(",")]
     levels = [int(x) for x in args.concurrency.split(",")]
     print(
         f"embeddings bench: {time.strftime('%Y-%m-%d %H:%M')} UTC, torch threads {args.threads}, {os.cpu_count()} cores"
     )
-    try:
-        deadline = time.monotonic() + 300
-        while " serves " not in (logs / "worker.log").read_text(errors="replace"):
-            if worker.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"the embedding worker did not start; see {logs / 'worker.log'}")
-            time.sleep(0.5)
-        with web_process(log=logs / "web.log", EMBEDDING_TIMEOUT_S="120") as url:
-            results: list[str] = []
-            for batch in sizes:
-                for concurrency in levels:
-                    warm = [sentences(batch, rng) for _ in range(args.warmup)]
-                    asyncio.run(served(url, token, warm, concurrency))
-                    batches = [sentences(batch, rng) for _ in range(args.requests)]
-                    latencies, elapsed = asyncio.run(served(url, token, batches, concurrency))
-                    results.append(line(f"served, {concurrency} in flight", batch, latencies, elapsed))
-                    print(results[-1], flush=True)
-            stop_process_group(worker)  # the reference gets the cores to itself
-            for batch in sizes:
-                reference(folder, [sentences(batch, rng) for _ in range(args.warmup)], args.threads)
-                latencies, elapsed = reference(
-                    folder, [sentences(batch, rng) for _ in range(args.requests)], args.threads
-                )
-                print(line("reference in-process", batch, latencies, elapsed), flush=True)
-    finally:
-        stop_process_group(worker)
+    with (
+        embedding_worker(logs, threads=args.threads, ready_pause_s=0),
+        web_process(log=logs / "web.log", EMBEDDING_TIMEOUT_S="120") as url,
+    ):
+        for batch in sizes:
+            for concurrency in levels:
+                warm = [sentences(batch, rng) for _ in range(args.warmup)]
+                asyncio.run(served(url, token, warm, concurrency))
+                batches = [sentences(batch, rng) for _ in range(args.requests)]
+                latencies, elapsed = asyncio.run(served(url, token, batches, concurrency))
+                print(line(f"served, {concurrency} in flight", batch, latencies, elapsed), flush=True)
+    # the worker has stopped: the reference gets the cores to itself
+    for batch in sizes:
+        reference(folder, [sentences(batch, rng) for _ in range(args.warmup)], args.threads)
+        latencies, elapsed = reference(folder, [sentences(batch, rng) for _ in range(args.requests)], args.threads)
+        print(line("reference in-process", batch, latencies, elapsed), flush=True)
 
 
 if __name__ == "__main__":
