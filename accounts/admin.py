@@ -37,9 +37,13 @@ class TierAdmin(admin.ModelAdmin[Tier]):
 @admin.register(User)
 class UserAdmin(BaseUserAdmin):
     list_display = ["username", "email", "tier", "is_staff", "is_active", "date_joined"]
-    list_filter = ["tier", "is_staff", "is_active"]
+    list_filter = ["tier", "memory_enabled", "is_staff", "is_active"]
     list_select_related = ["tier"]
-    fieldsets = (*(BaseUserAdmin.fieldsets or ()), ("Service tier", {"fields": ("tier",)}))
+    fieldsets = (
+        *(BaseUserAdmin.fieldsets or ()),
+        ("Service tier", {"fields": ("tier",)}),
+        ("Memory", {"fields": ("memory_enabled",)}),
+    )
     add_fieldsets = (*BaseUserAdmin.add_fieldsets, ("Service tier", {"fields": ("tier",)}))
 
 

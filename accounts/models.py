@@ -61,6 +61,11 @@ class UserManager(BaseUserManager["User"]):
 
 class User(AbstractUser):
     tier = models.ForeignKey(Tier, on_delete=models.PROTECT, related_name="users")
+    memory_enabled = models.BooleanField(
+        default=False,
+        help_text="The user turned cross-chat memory on (docs/memory.md): their prompts are kept and recalled in "
+        "their other chats. On the user row, so a prompt reads it with the user at no cost.",
+    )
 
     objects = UserManager()  # type: ignore[misc]
 

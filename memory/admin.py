@@ -1,11 +1,12 @@
-"""Admin of memory: each tier's policy (memory is switched off for a tier here), the users' opt-ins, the memories."""
+"""Admin of memory: each tier's policy (memory is switched off for a tier here) and the memories (a user's opt-in is on
+the user's page)."""
 
 from __future__ import annotations
 
 from django.contrib import admin
 from django.http import HttpRequest
 
-from memory.models import Memory, MemoryPolicy, MemorySettings
+from memory.models import Memory, MemoryPolicy
 
 
 @admin.register(MemoryPolicy)
@@ -13,17 +14,6 @@ class MemoryPolicyAdmin(admin.ModelAdmin[MemoryPolicy]):
     list_display = ["tier", "enabled", "top_k", "min_similarity", "max_tokens", "updated_at"]
     list_editable = ["enabled", "top_k", "min_similarity", "max_tokens"]
     list_select_related = ["tier"]
-
-
-@admin.register(MemorySettings)
-class MemorySettingsAdmin(admin.ModelAdmin[MemorySettings]):
-    list_display = ["user", "enabled", "updated_at"]
-    list_filter = ["enabled"]
-    search_fields = ["user__username"]
-    readonly_fields = ["user", "enabled", "updated_at"]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False  # the opt-in is the user's own choice
 
 
 @admin.register(Memory)

@@ -33,7 +33,7 @@ def _state(request: Request) -> Response:
     return Response(
         MemoryStateSerializer(
             {
-                "enabled": selectors.memory_opted_in(user_id=user.pk),
+                "enabled": user.memory_enabled,
                 "available": selectors.memory_available(tier=user.tier),
                 "count": Memory.objects.filter(user=user).count(),
             }

@@ -1,4 +1,5 @@
-"""Memory's rows: a tier's :class:`MemoryPolicy`, a user's opt-in (:class:`MemorySettings`), and the memories.
+"""Memory's rows: a tier's :class:`MemoryPolicy` and the memories (a user's opt-in is ``accounts.User.memory_enabled``,
+read with the user at no cost).
 
 Postgres is the system of record: a memory exists while its row does. Each web process's vector index
 (``memory.index``) is derived from these rows and may lag them; a recalled memory is always checked against its row.
@@ -53,22 +54,6 @@ class MemoryPolicy(models.Model):
 
     def __str__(self) -> str:
         return f"Memory of {self.tier.name}"
-
-
-class MemorySettings(models.Model):
-    """A user's opt-in (off until they turn it on)."""
-
-    user = models.OneToOneField(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, primary_key=True, related_name="memory_settings"
-    )
-    enabled = models.BooleanField(default=False)
-    updated_at = models.DateTimeField(auto_now=True)
-
-    class Meta:
-        verbose_name_plural = "memory settings"
-
-    def __str__(self) -> str:
-        return f"Memory of {self.user} ({'on' if self.enabled else 'off'})"
 
 
 class Memory(models.Model):

@@ -14,7 +14,7 @@ from django.db.models import Q, QuerySet
 from accounts.models import Tier, User
 from chats.models import SEARCH_CONFIG
 from deployments.selection import Snapshot
-from memory.models import Memory, MemoryPolicy, MemorySettings
+from memory.models import Memory, MemoryPolicy
 
 
 @dataclass(frozen=True)
@@ -50,11 +50,6 @@ def tier_memory(*, tier: Tier) -> TierMemory:
 def forget_memory_policies() -> None:
     """The next read goes to Postgres (after an admin edit, and between tests)."""
     _policies.clear()
-
-
-def memory_opted_in(*, user_id: int) -> bool:
-    """Whether the user turned memory on (one primary-key read)."""
-    return MemorySettings.objects.filter(user_id=user_id, enabled=True).exists()
 
 
 def memory_available(*, tier: Tier) -> bool:

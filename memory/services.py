@@ -24,8 +24,8 @@ from deployments.models import DeploymentKind
 from deployments.selection import resolve_model
 from deployments.tokenizer import count_tokens
 from memory.index import index_catch_up, index_key, process_index
-from memory.models import MAX_MEMORY_CHARS, Memory, MemorySettings
-from memory.selectors import memories_for_recall, memory_available, memory_opted_in, tier_memory
+from memory.models import MAX_MEMORY_CHARS, Memory
+from memory.selectors import memories_for_recall, memory_available, tier_memory
 
 log = logging.getLogger(__name__)
 
@@ -77,9 +77,10 @@ def memory_digest(texts: Sequence[str]) -> str:
     return hashlib.sha256(memory_block(texts).encode()).hexdigest() if texts else ""
 
 
-def memory_active(*, user_id: int, tier: Tier) -> bool:
-    """Whether memory is on for this user's prompts: the product's switch, the tier's policy and their opt-in."""
-    return memory_available(tier=tier) and memory_opted_in(user_id=user_id)
+def memory_active(*, user: User, tier: Tier) -> bool:
+    """Whether memory is on for this user's prompts: their opt-in (read with the user: no query), the product's
+    switch and the tier's policy (a per-process snapshot)."""
+    return user.memory_enabled and memory_available(tier=tier)
 
 
 def embed_text(text: str) -> Embedded:
@@ -190,9 +191,11 @@ def memory_clear(*, user: User) -> int:
     return len(ids)
 
 
-def memory_settings_set(*, user: User, enabled: bool) -> MemorySettings:
-    """Turns the user's memory on or off (off stops keeping and recalling; their memories stay until deleted)."""
+def memory_settings_set(*, user: User, enabled: bool) -> None:
+    """Turns the user's memory on or off (off stops keeping and recalling; their memories stay until deleted). The
+    ``user`` is the request's, which this process's token cache shares: the change holds here at once, and in other
+    web processes once their cached copy expires (``API_TOKEN_CACHE_S``; a session reads the user every request)."""
     if enabled and not memory_available(tier=user.tier):
         raise MemoryOff("Memory is switched off for your tier: it cannot be turned on.")
-    row, _ = MemorySettings.objects.update_or_create(user=user, defaults={"enabled": enabled})
-    return row
+    user.memory_enabled = enabled
+    user.save(update_fields=["memory_enabled"])

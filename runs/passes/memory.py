@@ -27,7 +27,7 @@ class RecallMemory:
         if facts.chat_id is None or facts.conversation is None:
             return None  # an OpenAI-compatible call is stateless; a revision answers the prompt already posted
         started = time.perf_counter()
-        if not memory_active(user_id=facts.user.pk, tier=facts.tier):
+        if not memory_active(user=facts.user, tier=facts.tier):
             return None
         recall = memory_recall(user_id=facts.user.pk, tier=facts.tier, prompt=facts.content, chat_id=facts.chat_id)
         plan.memory = recall

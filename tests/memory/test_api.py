@@ -11,7 +11,7 @@ from accounts.models import User
 from chats.models import Chat
 from core.vector_index import pack
 from memory.index import process_index
-from memory.models import Memory, MemorySettings
+from memory.models import Memory
 from tests.factories import ChatFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -96,9 +96,11 @@ def test_the_switch_is_off_by_default_and_takes_only_a_boolean() -> None:
     for body in ({"enabled": "yes"}, {"enabled": 1}, {"enabled": None}, {"enabled": True, "extra": 1}):
         resp = client.patch("/api/memory", body, format="json")
         assert resp.status_code == 400 and resp.json()["error"]["code"] == "invalid", body
-    assert not MemorySettings.objects.filter(user=user).exists()
+    user.refresh_from_db()
+    assert not user.memory_enabled
     assert client.patch("/api/memory", {"enabled": True}, format="json").json()["enabled"] is True
-    assert MemorySettings.objects.get(user=user).enabled
+    user.refresh_from_db()
+    assert user.memory_enabled
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 from accounts.models import User
 from chats.models import Chat
 from inference_workers.prompting import build_run_prompt
-from memory.models import Memory, MemoryPolicy, MemorySettings
+from memory.models import Memory, MemoryPolicy
 from memory.selectors import forget_memory_policies
 from runs.models import Run, RunStatus
 from tests.factories import ChatFactory, UserFactory
@@ -129,10 +129,13 @@ def test_a_tier_switched_off_recalls_nothing_and_cannot_be_opted_into(
     later = post(user, ChatFactory.create(owner=user), QUESTION, django_capture_on_commit_callbacks)
 
     assert memory_record(later) is None and "peanuts" not in build_run_prompt(run=later)
-    MemorySettings.objects.filter(user=user).update(enabled=False)
-    refused = client_for(user).patch("/api/memory", {"enabled": True}, format="json")
+    client = client_for(user)
+    assert client.get("/api/memory").json() == {"enabled": True, "available": False, "count": 1}  # their choice stays
+    assert client.patch("/api/memory", {"enabled": False}, format="json").status_code == 200  # off is always allowed
+    refused = client.patch("/api/memory", {"enabled": True}, format="json")
     assert refused.status_code == 409 and refused.json()["error"]["code"] == "memory_unavailable"
-    assert client_for(user).get("/api/memory").json() == {"enabled": False, "available": False, "count": 1}
+    user.refresh_from_db()
+    assert not user.memory_enabled
 
 
 def test_a_memory_added_by_hand_is_recalled(django_capture_on_commit_callbacks: Any) -> None:
