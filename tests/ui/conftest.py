@@ -72,14 +72,19 @@ def context(browser: object, live_stack: LiveStack) -> Iterator[object]:
 
 @pytest.fixture
 def page(context: object, request: pytest.FixtureRequest) -> Iterator[object]:
-    """A page that records every JS dialog, console error and uncaught exception (the XSS tests need them)."""
+    """A page that records every JS dialog, console error and uncaught exception (the XSS tests need them).
+    Dialogs are dismissed (``confirm()`` says no) unless the test sets ``page.accept_dialogs = True``."""
     pg = context.new_page()  # type: ignore[attr-defined]
     pg.dialogs = []
     pg.js_errors = []
+    pg.accept_dialogs = False
 
     def on_dialog(dialog: object) -> None:
         pg.dialogs.append(dialog.message)  # type: ignore[attr-defined]
-        dialog.dismiss()  # type: ignore[attr-defined]
+        if pg.accept_dialogs:
+            dialog.accept()  # type: ignore[attr-defined]
+        else:
+            dialog.dismiss()  # type: ignore[attr-defined]
 
     pg.on("dialog", on_dialog)
     pg.on("pageerror", lambda exc: pg.js_errors.append(str(exc)))

@@ -60,6 +60,11 @@ def test_no_serious_axe_violations_on_any_page(page: Page, login, screenshot, sc
     expect(page.get_by_role("dialog")).to_be_visible()
     found["chat settings"] = axe_violations(page)
     page.keyboard.press("Escape")
+    page.get_by_role("button", name="Memory", exact=True).click()
+    expect(page.get_by_role("dialog", name="Memory").get_by_role("status")).to_have_text("No memories yet.")
+    found["memory"] = axe_violations(page)
+    screenshot(page, f"memory-{scheme}")
+    page.keyboard.press("Escape")
 
     page.goto("/usage/")
     expect(page.locator("body")).to_have_attribute("data-ready", "true")

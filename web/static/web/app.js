@@ -12,6 +12,7 @@
 //   model_picker.js  the model a chat uses (GET /api/models), above the prompt box
 //   search.js     search across the user's chats, in the sidebar
 //   chat_settings.js  the open chat's system prompt and temperature, its export links
+//   memory.js     memory across chats (a dialog): the switch, adding, searching and deleting memories
 //   chat_page.js  opening a chat, sending, stopping: the coordination
 //   alerts.js, account.js, progress.js, api.js, stream.js, markdown.js, live_markdown.js, clipboard.js
 //   theme.js      (a classic script in <head>) the light / dark / system theme toggle
@@ -23,6 +24,7 @@ import { ChatPage } from "./chat_page.js";
 import { ChatSettings } from "./chat_settings.js";
 import { Composer } from "./composer.js";
 import { StatusLine, findElements } from "./dom.js";
+import { MemoryDialog } from "./memory.js";
 import { MessageList } from "./messages.js";
 import { ModelPicker } from "./model_picker.js";
 import { ChatSearch } from "./search.js";
@@ -59,6 +61,7 @@ function init() {
   });
   const settings = new ChatSettings(ui, { onSaved: (chat) => sidebar.upsert(chat, { onlyIfKnown: true }) });
   new ChatSearch(ui, { onOpen: (chatId) => page.open(chatId, { push: true }) });
+  new MemoryDialog(ui, { onOpenChat: (chatId) => page.open(chatId, { push: true }) });
   page = new ChatPage({
     chatTitle: ui.chatTitle,
     messages,

@@ -47,6 +47,19 @@ export function findElements() {
     settingsError: $("settings-error"),
     settingsCancel: $("settings-cancel"),
     settingsSave: $("settings-save"),
+    memoryButton: $("memory-button"),
+    memoryDialog: $("memory-dialog"),
+    memoryEnabled: $("memory-enabled"),
+    memoryUnavailable: $("memory-unavailable"),
+    memoryAddForm: $("memory-add-form"),
+    memoryAddInput: $("memory-add-input"),
+    memoryAdd: $("memory-add"),
+    memoryError: $("memory-error"),
+    memorySearch: $("memory-search"),
+    memoryStatus: $("memory-status"),
+    memoryList: $("memory-list"),
+    memoryMore: $("memory-more"),
+    memoryClear: $("memory-clear"),
   };
 }
 
