@@ -25,6 +25,7 @@ import redis.asyncio as aioredis
 from django.conf import settings
 
 from core.errors import DomainError
+from deployments import worker_rpc
 from deployments.embedding_model import EmbeddingModelError, EmbeddingSpec, read_spec
 from deployments.selection import Served
 from deployments.tokenizer import load_tokenizer
@@ -114,16 +115,17 @@ def embed_ids(inputs: list[list[int]], deployment: Served, *, timeout_s: float |
     if not inputs:
         return []
     request = _request(inputs, timeout_s)
-    client = _sync_client()
     try:
-        pipe = client.pipeline(transaction=False)
-        pipe.rpush(embedding_queue(deployment.key), request.to_json())
-        pipe.expire(embedding_queue(deployment.key), 3600)
-        pipe.execute()
-        answer = client.blpop([request.reply_key], timeout=max(0.01, request.deadline - time.time()))
+        raw = worker_rpc.call(
+            _sync_client(),
+            queue=embedding_queue(deployment.key),
+            request=request.to_json(),
+            reply_key=request.reply_key,
+            deadline=request.deadline,
+        )
     except redis.RedisError as exc:
         raise EmbeddingUnavailable(f"Embeddings cannot reach Redis ({exc.__class__.__name__}); retry shortly.") from exc
-    return _vectors(str(answer[1]) if answer else None, deployment, expected=len(inputs))
+    return _vectors(raw, deployment, expected=len(inputs))
 
 
 async def embed_ids_async(
@@ -133,16 +135,17 @@ async def embed_ids_async(
     if not inputs:
         return []
     request = _request(inputs, timeout_s)
-    client = _async_client()
     try:
-        async with client.pipeline(transaction=False) as pipe:
-            pipe.rpush(embedding_queue(deployment.key), request.to_json())
-            pipe.expire(embedding_queue(deployment.key), 3600)
-            await pipe.execute()
-        answer = await client.blpop([request.reply_key], timeout=max(0.01, request.deadline - time.time()))
+        raw = await worker_rpc.call_async(
+            _async_client(),
+            queue=embedding_queue(deployment.key),
+            request=request.to_json(),
+            reply_key=request.reply_key,
+            deadline=request.deadline,
+        )
     except redis.RedisError as exc:
         raise EmbeddingUnavailable(f"Embeddings cannot reach Redis ({exc.__class__.__name__}); retry shortly.") from exc
-    return _vectors(str(answer[1]) if answer else None, deployment, expected=len(inputs))
+    return _vectors(raw, deployment, expected=len(inputs))
 
 
 def _request(inputs: list[list[int]], timeout_s: float | None) -> EmbeddingRequest:

@@ -19,11 +19,11 @@ import redis
 from django.conf import settings
 
 from core.errors import DomainError
+from deployments import worker_rpc
 from deployments.selection import Served
 from deployments.tokenizer import load_tokenizer
 from generation.guard_contract import (
     MAX_PROMPTS,
-    QUEUE_TTL_S,
     NextTokenRequest,
     TokenLogprobs,
     guard_queue,
@@ -67,18 +67,19 @@ def next_token_logprobs(
     if len(prompts) > MAX_PROMPTS:
         raise GuardFailed(f"At most {MAX_PROMPTS} prompts fit in one guard request; got {len(prompts)}.")
     request = NextTokenRequest(prompts=prompts, top_logprobs=top_logprobs, deadline=time.time() + timeout_s)
-    client = _client(timeout_s)
     try:
-        pipe = client.pipeline(transaction=False)
-        pipe.rpush(guard_queue(deployment.key), request.to_json())
-        pipe.expire(guard_queue(deployment.key), QUEUE_TTL_S)
-        pipe.execute()
-        answer = client.blpop([request.reply_key], timeout=max(0.01, request.deadline - time.time()))
+        raw = worker_rpc.call(
+            _client(timeout_s),
+            queue=guard_queue(deployment.key),
+            request=request.to_json(),
+            reply_key=request.reply_key,
+            deadline=request.deadline,
+        )
     except redis.RedisError as exc:
         raise GuardUnavailable(f"The guard cannot reach Redis ({exc.__class__.__name__}); retry shortly.") from exc
-    if answer is None:
+    if raw is None:
         raise GuardUnavailable(f"No worker of {deployment.key} answered the guard within {timeout_s:g} s.")
-    answers, error = parse_reply(str(answer[1]))
+    answers, error = parse_reply(raw)
     if error is not None or len(answers) != len(prompts):
         raise GuardFailed(f"The worker of {deployment.key} failed the guard request: {error or 'wrong answer count'}.")
     return answers

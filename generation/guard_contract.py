@@ -25,8 +25,6 @@ from dataclasses import asdict, dataclass, field
 QUEUE_PREFIX = "guard:queue:"
 REPLY_PREFIX = "guard:reply:"
 REPLY_TTL_S = 60
-QUEUE_TTL_S = 3600
-"""The queue key expires when no caller has pushed for this long (a deployment nobody checks with leaves nothing)."""
 MAX_PROMPTS = 64
 """The most prompts one request may carry (``/v1/moderations`` sends at most ``MODERATION_MAX_INPUTS``)."""
 
