@@ -94,14 +94,11 @@ def live_memory_ids() -> set[int]:
     return set(Memory.objects.values_list("id", flat=True))
 
 
-def memories_for_recall(*, user_id: int, ids: Iterable[int], exclude_chat_id: int | None) -> dict[int, str]:
-    """``{id: content}`` of those of ``ids`` that still exist, are the user's, and were not said in
-    ``exclude_chat_id`` (the chat being answered already holds them). The index is derived and may lag: this read is
-    what authorizes a recall."""
-    rows = Memory.objects.filter(pk__in=list(ids), user_id=user_id)
-    if exclude_chat_id is not None:
-        rows = rows.exclude(chat_id=exclude_chat_id)
-    return dict(rows.values_list("id", "content"))
+def memories_for_recall(*, user_id: int, ids: Iterable[int]) -> dict[int, tuple[str, int | None]]:
+    """``{id: (content, chat id)}`` of those of ``ids`` that still exist and are the user's. The index is derived and
+    may lag: this read is what authorizes a recall."""
+    rows = Memory.objects.filter(pk__in=list(ids), user_id=user_id).values_list("id", "content", "chat_id")
+    return {memory_id: (content, chat_id) for memory_id, content, chat_id in rows}
 
 
 def recalled_texts(*, user_id: int, ids: Iterable[int]) -> list[str]:

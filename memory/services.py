@@ -33,6 +33,9 @@ Embedded = tuple[list[float], str]
 """A text's vector and the embedding deployment's ``name@version`` it came from."""
 
 RECALL_HEADING = "What the user said in other chats (use it only where it helps with this message):"
+DUPLICATE_SIMILARITY = 0.97
+"""A prompt this close (cosine) to one of the user's memories, in any chat, is not kept again: asking the same thing
+twice must not fill the memory (and the recalled top k) with copies."""
 EXTRA_CANDIDATES = 8
 """Nearest memories read beyond ``top_k``: those said in the chat being answered, or deleted since the index saw
 them, must not hide the next best."""
@@ -57,6 +60,9 @@ class Recall:
 
     memories: list[Recalled] = field(default_factory=list)
     embedded: Embedded | None = None
+    nearest: float = 0.0
+    """The similarity of the user's closest memory, in any chat (the chat being answered included): a prompt at
+    :data:`DUPLICATE_SIMILARITY` or above is already remembered."""
     embed_ms: float = 0.0
     lookup_ms: float = 0.0
 
@@ -114,24 +120,31 @@ def memory_recall(*, user_id: int, tier: Tier, prompt: str, chat_id: int | None)
         )
         if similarity >= policy.min_similarity
     ]
-    rows = memories_for_recall(user_id=user_id, ids=[m for m, _ in found], exclude_chat_id=chat_id) if found else {}
+    rows = memories_for_recall(user_id=user_id, ids=[m for m, _ in found]) if found else {}
     memories: list[Recalled] = []
     budget = policy.max_tokens
+    nearest = 0.0
+    seen: set[str] = set()
     for memory_id, similarity in found:
-        content = rows.get(memory_id)
-        if content is None:
-            continue
+        row = rows.get(memory_id)
+        if row is None:
+            continue  # deleted since the index saw it, or (never) another user's
+        content, source_chat = row
+        nearest = max(nearest, similarity)
+        said = " ".join(content.lower().split())
+        if source_chat == chat_id or said in seen or len(memories) == policy.top_k:
+            continue  # the chat being answered holds it already; a copy adds nothing
         tokens = count_tokens(content)
         if tokens > budget:
             continue
         budget -= tokens
+        seen.add(said)
         memories.append(Recalled(id=memory_id, content=content, similarity=similarity))
-        if len(memories) == policy.top_k:
-            break
     done = time.perf_counter()
     return Recall(
         memories=memories,
         embedded=(vector, model),
+        nearest=nearest,
         embed_ms=(embedded - started) * 1000,
         lookup_ms=(done - embedded) * 1000,
     )
@@ -157,13 +170,16 @@ def _store(
     return memory
 
 
-def memory_keep(*, user_id: int, message: Message, embedded: Embedded | None) -> Memory | None:
+def memory_keep(*, user_id: int, message: Message, recall: Recall) -> Memory | None:
     """Keeps a prompt the user posted in a chat as a memory (its embedding from the recall that embedded it), unless
-    it is too short to say anything (``MEMORY_MIN_CHARS``) or was not embedded."""
+    it is too short to say anything (``MEMORY_MIN_CHARS``), was not embedded, or is already remembered (a memory at
+    :data:`DUPLICATE_SIMILARITY` or closer, which the recall found)."""
     content = message.content.strip()[:MAX_MEMORY_CHARS]
-    if embedded is None or len(content) < settings.MEMORY.min_chars:
+    if recall.embedded is None or len(content) < settings.MEMORY.min_chars or recall.nearest >= DUPLICATE_SIMILARITY:
         return None
-    return _store(user_id=user_id, content=content, embedded=embedded, chat_id=message.chat_id, message_id=message.pk)
+    return _store(
+        user_id=user_id, content=content, embedded=recall.embedded, chat_id=message.chat_id, message_id=message.pk
+    )
 
 
 def memory_add(*, user: User, content: str) -> Memory:

@@ -48,7 +48,7 @@ def memory_after_create(*, run: Run, plan: PromptPlan) -> None:
     """Once the prompt is written: it is kept as a memory (with the embedding the recall made)."""
     recall: Recall | None = plan.memory
     if recall is not None and recall.embedded is not None and run.user_message is not None:
-        memory_keep(user_id=run.user_id, message=run.user_message, embedded=recall.embedded)
+        memory_keep(user_id=run.user_id, message=run.user_message, recall=recall)
 
 
 def _record(run: Run) -> dict[str, Any] | None:

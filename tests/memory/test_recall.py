@@ -145,3 +145,17 @@ def test_a_memory_added_by_hand_is_recalled(django_capture_on_commit_callbacks: 
     assert added.status_code == 201 and added.json()["chat"] is None
     asked = post(user, ChatFactory.create(owner=user), QUESTION, django_capture_on_commit_callbacks)
     assert memory_record(asked)["memories"] == [added.json()["id"]], asked.passes  # type: ignore[index]
+
+
+def test_a_repeated_prompt_is_kept_once_and_copies_are_recalled_once(django_capture_on_commit_callbacks: Any) -> None:
+    user = UserFactory.with_tier("pro")
+    opt_in(user)
+    post(user, ChatFactory.create(owner=user), FACT, django_capture_on_commit_callbacks)
+    again = post(user, ChatFactory.create(owner=user), f"  {FACT}", django_capture_on_commit_callbacks)
+    assert Memory.objects.filter(user=user).count() == 1  # already remembered: not kept twice
+    assert memory_record(again)["decision"] == "recalled"  # type: ignore[index]
+    for _ in range(2):  # copies added by hand are kept (the user asked), but recalled once
+        assert client_for(user).post("/api/memories", {"content": FACT.upper()}, format="json").status_code == 201
+    asked = post(user, ChatFactory.create(owner=user), QUESTION, django_capture_on_commit_callbacks)
+    record = memory_record(asked)
+    assert record is not None and len(record["memories"]) == 1
