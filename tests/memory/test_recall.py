@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from accounts.models import User
@@ -159,3 +161,25 @@ def test_a_repeated_prompt_is_kept_once_and_copies_are_recalled_once(django_capt
     asked = post(user, ChatFactory.create(owner=user), QUESTION, django_capture_on_commit_callbacks)
     record = memory_record(asked)
     assert record is not None and len(record["memories"]) == 1
+
+
+def test_memory_costs_an_opted_in_prompt_three_round_trips_and_others_none(
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    user, other = UserFactory.with_tier("pro"), UserFactory.with_tier("pro")
+    opt_in(user)
+    post(user, ChatFactory.create(owner=user), FACT, django_capture_on_commit_callbacks)
+
+    def memory_queries(who: User) -> list[str]:
+        chat = ChatFactory.create(owner=who)
+        with CaptureQueriesContext(connection) as queries, django_capture_on_commit_callbacks(execute=True):
+            resp = client_for(who).post(f"/api/chats/{chat.pk}/messages", {"content": QUESTION}, format="json")
+        assert resp.status_code == 202
+        return [q["sql"] for q in queries.captured_queries if '"memory_memory"' in q["sql"]]  # not the policy
+
+    found = memory_queries(user)
+    # The index's catch-up (due on every recall here: MEMORY_SYNC_MS=0; at most every 200 ms in production), the
+    # recalled rows' check, the prompt kept as a memory. (The tier's policy is a per-process snapshot.)
+    assert len(found) == 3, found
+    assert found[2].startswith('INSERT INTO "memory_memory"')
+    assert memory_queries(other) == []  # memory off: not a single query
