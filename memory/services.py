@@ -19,7 +19,7 @@ from accounts.models import Tier, User
 from chats.models import Message
 from core.errors import DomainError
 from core.vector_index import IndexedRow, pack, to_unit
-from deployments.embeddings import embed
+from deployments.embeddings import EmbeddingUnavailable, embed
 from deployments.models import DeploymentKind
 from deployments.selection import resolve_model
 from deployments.tokenizer import count_tokens
@@ -184,11 +184,19 @@ def memory_keep(*, user_id: int, message: Message, recall: Recall) -> Memory | N
 
 def memory_add(*, user: User, content: str) -> Memory:
     """A memory the user added by hand (the API, the UI); :class:`MemoryOff` when memory is off for them,
-    ``EmbeddingUnavailable`` (503) when it cannot be embedded now."""
+    :class:`EmbeddingUnavailable` (503) when it cannot be embedded now, whatever the reason (no embedding deployment
+    registered, none ready, no worker answering, a worker failing): the user can only retry later, and the
+    operator's side of it is in the message."""
     if not memory_available(tier=user.tier):
         raise MemoryOff("Memory is switched off for your tier: nothing can be added to it.")
     text = content.strip()[:MAX_MEMORY_CHARS]
-    return _store(user_id=user.pk, content=text, embedded=embed_text(text))
+    try:
+        embedded = embed_text(text)
+    except EmbeddingUnavailable:
+        raise
+    except DomainError as exc:
+        raise EmbeddingUnavailable(f"The memory cannot be embedded right now ({exc}); try again later.") from exc
+    return _store(user_id=user.pk, content=text, embedded=embedded)
 
 
 def memory_delete(*, memory: Memory) -> None:

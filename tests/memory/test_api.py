@@ -10,6 +10,8 @@ from rest_framework.test import APIClient
 from accounts.models import User
 from chats.models import Chat
 from core.vector_index import pack
+from deployments.models import DeploymentKind, ModelDeployment
+from deployments.selection import forget_cached
 from memory.index import process_index
 from memory.models import Memory
 from tests.factories import ChatFactory, UserFactory
@@ -114,7 +116,12 @@ def test_adding_bad_content_is_a_400_naming_the_field(body: dict[str, object], f
     assert not Memory.objects.exists()
 
 
-def test_adding_without_an_embedding_worker_is_a_503_and_writes_nothing(settings: object) -> None:
+@pytest.mark.parametrize("registered", [True, False])
+def test_adding_without_an_embedding_model_to_use_is_a_503_and_writes_nothing(registered: bool) -> None:
+    if not registered:  # no embedding deployment at all: still a 503 to retry, never a 404 for a model never named
+        ModelDeployment.objects.filter(kind=DeploymentKind.EMBED).delete()
+        forget_cached()
     user = UserFactory.create()
     resp = client_for(user).post("/api/memories", {"content": "I am vegetarian"}, format="json")
-    assert resp.status_code == 503 and not Memory.objects.exists()
+    assert resp.status_code == 503, resp.content
+    assert "Retry-After" in resp and not Memory.objects.exists()
