@@ -19,33 +19,19 @@ the large ones (a tier's shared partition, a user's repeated questions to one mo
 
 from __future__ import annotations
 
-import threading
-
 from django.conf import settings
 
-from core.vector_index import SemanticIndex
+from core.vector_index import ProcessIndex, SemanticIndex
 
 
 def index_key(scope: str, partition: str) -> str:
     return f"{scope}|{partition}"
 
 
-_process_index: SemanticIndex | None = None
-_process_lock = threading.Lock()
-
-
-def process_index() -> SemanticIndex:
-    """This process's index (made on first use)."""
-    global _process_index
-    with _process_lock:
-        if _process_index is None:
-            config = settings.ANSWER_CACHE
-            _process_index = SemanticIndex(hnsw_min=config.hnsw_min_entries, sync_ms=config.sync_ms)
-        return _process_index
-
-
-def reset_process_index() -> None:
-    """Forget this process's index (tests that flush the database; the next lookup reads every row again)."""
-    global _process_index
-    with _process_lock:
-        _process_index = None
+_holder = ProcessIndex(
+    lambda: SemanticIndex(hnsw_min=settings.ANSWER_CACHE.hnsw_min_entries, sync_ms=settings.ANSWER_CACHE.sync_ms)
+)
+process_index = _holder.get
+"""This process's index (made on first use)."""
+reset_process_index = _holder.reset
+"""Forget this process's index (tests that flush the database; the next lookup reads every row again)."""

@@ -52,7 +52,7 @@ class CacheKeyParts:
     user_context: bool = False
     """Per-user context went into the prompt (memories, custom instructions): never shared across users."""
     context_digest: str = ""
-    """A digest of that context (the memories recalled into the prompt: ``memory.services.memory_digest``): two
+    """A digest of that context (the memories recalled into the prompt: ``memory.services.Recall.digest``): two
     prompts with different memories in them never share an answer."""
 
     @property

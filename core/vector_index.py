@@ -214,3 +214,23 @@ def reconcile(index: SemanticIndex, *, live_ids: Callable[[], set[int]]) -> int:
     index.discard(dead)
     index.reconciled_at = time.monotonic()
     return len(dead)
+
+
+class ProcessIndex:
+    """A process's one :class:`SemanticIndex`, made on first use by ``make`` (from the settings of the moment) and
+    forgotten by :meth:`reset` (tests that flush the database: the next catch-up reads every row again)."""
+
+    def __init__(self, make: Callable[[], SemanticIndex]) -> None:
+        self._make = make
+        self._index: SemanticIndex | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> SemanticIndex:
+        with self._lock:
+            if self._index is None:
+                self._index = self._make()
+            return self._index
+
+    def reset(self) -> None:
+        with self._lock:
+            self._index = None

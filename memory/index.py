@@ -12,14 +12,13 @@ exist and be the user's, before it is recalled (``memory.selectors.memories_for_
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from datetime import timedelta
 
 from django.conf import settings
 from django.utils import timezone
 
-from core.vector_index import IndexedRow, SemanticIndex, catch_up, unpack
+from core.vector_index import IndexedRow, ProcessIndex, SemanticIndex, catch_up, unpack
 from memory.selectors import live_memory_ids, memories_to_index
 
 
@@ -39,22 +38,10 @@ def index_catch_up(index: SemanticIndex, *, force: bool = False) -> int:
     return catch_up(index, rows=_rows, live_ids=live_memory_ids, reconcile_s=settings.MEMORY.reconcile_s, force=force)
 
 
-_process_index: SemanticIndex | None = None
-_process_lock = threading.Lock()
-
-
-def process_index() -> SemanticIndex:
-    """This process's index (made on first use)."""
-    global _process_index
-    with _process_lock:
-        if _process_index is None:
-            config = settings.MEMORY
-            _process_index = SemanticIndex(hnsw_min=config.hnsw_min_entries, sync_ms=config.sync_ms)
-        return _process_index
-
-
-def reset_process_index() -> None:
-    """Forget this process's index (tests that flush the database; the next recall reads every row again)."""
-    global _process_index
-    with _process_lock:
-        _process_index = None
+_holder = ProcessIndex(
+    lambda: SemanticIndex(hnsw_min=settings.MEMORY.hnsw_min_entries, sync_ms=settings.MEMORY.sync_ms)
+)
+process_index = _holder.get
+"""This process's index (made on first use)."""
+reset_process_index = _holder.reset
+"""Forget this process's index (tests that flush the database; the next lookup reads every row again)."""

@@ -6,6 +6,7 @@ run's pass records. Adding a memory by hand does need its embedding: that is a 5
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import time
@@ -70,17 +71,17 @@ class Recall:
     def texts(self) -> list[str]:
         return [m.content for m in self.memories]
 
+    @functools.cached_property
+    def digest(self) -> str:
+        """What the recalled memories add to an answer cache key (``CacheKeyParts.context_digest``; "" for none)."""
+        return hashlib.sha256(memory_block(self.texts).encode()).hexdigest() if self.memories else ""
+
 
 def memory_block(texts: Sequence[str]) -> str:
     """The text the prompt carries for recalled memories ("" for none): a heading and one line each."""
     if not texts:
         return ""
     return "\n".join([RECALL_HEADING, *(f"- {' '.join(text.split())}" for text in texts)])
-
-
-def memory_digest(texts: Sequence[str]) -> str:
-    """What recalled memories add to an answer cache key (``answer_cache.keys.CacheKeyParts.context_digest``)."""
-    return hashlib.sha256(memory_block(texts).encode()).hexdigest() if texts else ""
 
 
 def memory_active(*, user: User, tier: Tier) -> bool:

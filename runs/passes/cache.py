@@ -26,7 +26,6 @@ from answer_cache.services import CacheLookup, cache_lookup, cache_stash_embeddi
 from chats.context import chat_system_prompt
 from chats.models import Chat, Message, MessageRole, Moderation
 from generation.sampling import SamplingSpec
-from memory.services import memory_digest
 from runs.models import PromptMode, Run
 from runs.passes import PassRecord, PromptFacts, PromptPlan, timed
 from runs.passes.memory import recalled_digest
@@ -222,7 +221,7 @@ class AnswerCache:
             conversation=conversation,
             tools=facts.tools,
             n=facts.n,
-            context_digest=memory_digest(recall.texts) if recall is not None else "",
+            context_digest=recall.digest if recall is not None else "",
         )
         lookup = cache_lookup(
             user_id=facts.user.pk,

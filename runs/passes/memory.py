@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from memory.selectors import recalled_texts
-from memory.services import Recall, memory_active, memory_digest, memory_keep, memory_recall
+from memory.services import Recall, memory_active, memory_keep, memory_recall
 from runs.models import Run
 from runs.passes import PassRecord, PromptFacts, PromptPlan, timed
 
@@ -39,7 +39,7 @@ class RecallMemory:
         detail.update(
             memories=[m.id for m in recall.memories],
             similarities=[round(m.similarity, 4) for m in recall.memories],
-            digest=memory_digest(recall.texts),
+            digest=recall.digest,
         )
         return timed(NAME, started, "recalled", **detail)
 
