@@ -42,6 +42,9 @@ class LevelResult:
     ttft_p99_ms: float
     tpot_p50_ms: float
     tpot_p99_ms: float
+    itl_p99_ms: float = float("nan")
+    """Inter-token latency p99: the gap between two chunks a stream's client receives (the client spreads a
+    chunk of several tokens' gap over them)."""
     errors: list[str] = field(default_factory=list)
     cpu_s: dict[str, float] = field(default_factory=dict)
     """CPU seconds per process during the measured requests (only where the bench took them)."""
@@ -161,5 +164,6 @@ def parse_result(data: dict[str, object], concurrency: int, prompts: int) -> Lev
         ttft_p99_ms=number("p99_ttft_ms"),
         tpot_p50_ms=number("median_tpot_ms"),
         tpot_p99_ms=number("p99_tpot_ms"),
+        itl_p99_ms=number("p99_itl_ms"),
         errors=errors[:3],
     )
