@@ -79,6 +79,16 @@ def _with_db_retry(write: Callable[[], T], *, run_id: int, what: str) -> T:
             time.sleep(0.5)
 
 
+def release_connection() -> None:
+    """Gives this thread's database connection back (to the pool, ``DB_POOL_MAX_SIZE``; closed without one) while
+    a run generates: a worker runs a task thread per engine slot (256 on a GPU), more than the pool holds, and a
+    thread that kept its connection through the seconds of generation would leave the next runs' claims waiting
+    ``DB_POOL_TIMEOUT_S`` for one. Each write of a run is a transaction of its own, so none spans the release (nor
+    does a caller's: inside one, as in a test's, the connection stays)."""
+    if not connection.in_atomic_block:
+        connection.close()
+
+
 def generate_run(*, run_id: int, runtime: WorkerRuntime, engine_priority: int | None = None) -> RunStatus | None:
     """Generates one run on this worker's engine; returns its final status (None: not ours to generate).
     ``engine_priority``: vLLM's priority the dispatcher chose for it (None: ``Run.priority``, its tier's).
@@ -227,6 +237,7 @@ class GenerationAttempt:
             logger.exception("run %s: building the prompt failed", self.run_id)
             return _Ended(self._fail(f"Could not build the prompt: {exc}"))
         coalescer = self.coalescer = self._new_coalescer(request)
+        release_connection()  # generating takes seconds: the next write takes a connection again
         if self.runtime.cancel_pending(self.run_id):  # cancelled between the claim and now: nothing to generate
             return _Ended(self._finish(EngineFinishReason.ABORT))
         try:
@@ -344,8 +355,8 @@ class GenerationAttempt:
         try:
             run_mark_first_token(run_id=self.run_id, attempt=self.attempt)
         except CONNECTION_ERRORS as exc:  # a statistic: not worth holding the stream up while Postgres restarts
-            connection.close()
             logger.warning("run %s: could not record its first token (%s)", self.run_id, exc)
+        release_connection()
         timing: dict[str, object] = {} if delta.timing is None else dict(delta.timing.as_fields())
         log_run_step(
             RunStep.FIRST_TOKEN,

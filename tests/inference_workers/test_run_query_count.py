@@ -53,3 +53,27 @@ def test_a_generated_run_costs_a_fixed_number_of_round_trips(
     assert usage.runs == 2
     assert usage.input_tokens == first.input_tokens + second.input_tokens > 0
     assert usage.output_tokens == first.output_tokens + second.output_tokens == 16
+
+
+def test_a_generating_run_holds_no_database_connection(sim_runtime: WorkerRuntime, monkeypatch: Any) -> None:
+    """A worker has a task thread per engine slot (256 on a GPU), more than its connection pool holds: a thread keeps
+    no connection while its run streams, or the next runs' claims wait for one (seen in bench/serving_ceiling.py at
+    128 streams: claims failing after the pool's 10 s timeout)."""
+    from django.db import connection
+
+    from runs.streaming.contract import RunStreamWriter, StreamEvent
+
+    held: list[bool] = []
+    append = RunStreamWriter.append
+
+    def recording(self: RunStreamWriter, event: str, data: Any, *args: Any, **kwargs: Any) -> Any:
+        if event == StreamEvent.DELTA:
+            held.append(connection.connection is not None)
+        return append(self, event, data, *args, **kwargs)
+
+    monkeypatch.setattr(RunStreamWriter, "append", recording)
+    run = RunFactory.create(max_tokens=12)
+    assert generate_run(run_id=run.pk, runtime=sim_runtime) == RunStatus.DONE
+    assert held and not any(held), held
+    run.refresh_from_db()
+    assert run.first_token_at is not None and run.output_tokens == 12
