@@ -1,0 +1,197 @@
+"""Redis under Sentinel: a real primary, its replica and three Sentinels (``tests/redis_servers.py``); the primary
+is killed (SIGKILL), the Sentinels promote the replica, and every client of ours follows without a restart: the
+shared sync client (``get_redis``), an asyncio client and the SSE relay (``make_async_pool``), Celery's broker
+(``sentinel://`` URLs and ``master_name`` derived from the same settings), a process configured by its
+environment alone. A run's stream that the primary acknowledged but never replicated is found short and written
+again after a ``reset`` (the worker's coalescer, as after a Redis restart).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from celery import Celery
+from django.conf import settings
+from pytest_django.fixtures import Settings
+
+from core.config import RedisConnectionConfig
+from core.redis_client import get_redis, make_async_redis
+from core.redis_options import broker_transport_options, broker_url
+from inference_workers.coalescer import DeltaCoalescer
+from runs.streaming.contract import RunStreamWriter, StreamEvent, read_after
+from runs.streaming.relay import StreamRelay
+from tests.redis_servers import MASTER, PASSWORD, SentinelSetup, sentinel_setup, wait_until
+from tests.runs.test_stream_units import run_on_own_loop
+
+ROOT = Path(__file__).resolve().parents[2]
+DB = 3
+URL = f"redis://:{PASSWORD}@127.0.0.1:1/{DB}"
+"""Under Sentinel only the user, password, database and scheme of the URL count: port 1 has no server."""
+
+
+@pytest.fixture
+def ha(tmp_path: Path, settings: Settings) -> Iterator[SentinelSetup]:
+    servers = sentinel_setup(tmp_path)
+    setup = next(servers)
+    settings.REDIS_CONNECTION = replace(
+        settings.REDIS_CONNECTION,
+        sentinels=tuple(("127.0.0.1", s.port) for s in setup.sentinels),
+        sentinel_master=MASTER,
+    )
+    settings.REDIS_URL = URL
+    get_redis.cache_clear()
+    try:
+        yield setup
+    finally:
+        get_redis.cache_clear()
+        servers.close()
+
+
+def _fail_over(ha: SentinelSetup) -> None:
+    """Kills the primary and waits until the Sentinels name the replica primary and it accepts writes."""
+    assert ha.primary_port() == ha.primary.port
+    ha.primary.stop(signal.SIGKILL)
+    wait_until(lambda: ha.primary_port() == ha.replica.port, what="the Sentinels to promote the replica")
+    wait_until(lambda: ha.replica.client().info("replication")["role"] == "master", what="the promoted replica")
+
+
+def _replicated(ha: SentinelSetup) -> None:
+    assert ha.primary.client().execute_command("WAIT", 1, 5000) == 1
+
+
+def test_every_client_of_ours_and_celerys_broker_follow_a_failover(ha: SentinelSetup) -> None:
+    config: RedisConnectionConfig = settings.REDIS_CONNECTION
+    broker = Celery("ha-test")
+    url = broker_url(URL, config)  # what the settings module derives; the read/write URLs beat the environment's
+    broker.conf.update(
+        broker_read_url=url,
+        broker_write_url=url,
+        broker_transport_options=broker_transport_options(config, socket_timeout=5, socket_connect_timeout=5),
+    )
+    assert broker.conf.broker_write_url.count("sentinel://") == 3
+    retry = {"max_retries": 60, "interval_start": 0.2, "interval_step": 0.2, "interval_max": 1.0}
+
+    client = get_redis()
+    client.set("ha:before", "1")
+    assert ha.primary.client(db=DB).get("ha:before") == "1"  # through the Sentinels to the primary
+    broker.send_task("ha.probe", args=["before"], queue="ha-queue", retry=True, retry_policy=retry)
+    assert ha.primary.client(db=DB).llen("ha-queue") == 1
+
+    async def scenario() -> list[int]:
+        async_client = make_async_redis(socket_timeout=5)
+        relay = StreamRelay(settings.REDIS_URL)
+        try:
+            await async_client.set("ha:async-before", "1")
+            writer = RunStreamWriter(77)
+            writer.append(StreamEvent.DELTA, {"text": "a"})
+            sub, _ = await relay.subscribe(77, 0)
+            seen = [e.seq for e in await sub.next_batch(10)]
+            _replicated(ha)
+            await asyncio.get_running_loop().run_in_executor(None, _fail_over, ha)
+            # The same client objects, no restart: they reconnect to the promoted replica.
+            await async_client.set("ha:async-after", "1")
+            assert await async_client.get("ha:async-before") == "1"
+            writer.append(StreamEvent.DELTA, {"text": "b"})
+            while len(seen) < 2:
+                batch = await sub.next_batch(30)
+                assert batch, "the relay's reader did not reconnect to the new primary"
+                seen.extend(e.seq for e in batch)
+            entries, last = await relay.read_after(77, 0)
+            assert [e.seq for e in entries] == [1, 2] and last is not None and last.seq == 2
+            return seen
+        finally:
+            await relay.aclose()
+            await async_client.aclose()
+
+    seen: list[list[int]] = []
+
+    async def capture() -> None:
+        seen.append(await scenario())
+
+    run_on_own_loop(capture())
+    assert seen == [[1, 2]]
+
+    promoted = ha.replica.client(db=DB)
+    client.set("ha:after", "1")
+    assert promoted.get("ha:after") == promoted.get("ha:async-after") == "1"
+    broker.send_task("ha.probe", args=["after"], queue="ha-queue", retry=True, retry_policy=retry)
+    messages = [json.loads(raw)["headers"]["argsrepr"] for raw in promoted.lrange("ha-queue", 0, -1)]
+    assert sorted(messages) == ["['after']", "['before']"]
+
+
+def test_a_process_configured_by_its_environment_alone_uses_the_sentinels(ha: SentinelSetup) -> None:
+    """What a host's environment sets (docs/high-availability.md): REDIS_SENTINELS, REDIS_SENTINEL_MASTER,
+    REDIS_URL and CELERY_BROKER_URL (user, password, db); Celery's app (chatproject.celery) and get_redis follow."""
+    _fail_over(ha)
+    sentinels = ",".join(f"127.0.0.1:{s.port}" for s in ha.sentinels)
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "chatproject.settings.test",
+        "REDIS_SENTINELS": sentinels,
+        "REDIS_SENTINEL_MASTER": MASTER,
+        "REDIS_URL": URL,
+        "CELERY_BROKER_URL": f"redis://:{PASSWORD}@127.0.0.1:1/{DB + 1}",
+    }
+    script = (
+        "import django, json; django.setup()\n"
+        "from django.conf import settings\n"
+        "from chatproject.celery import app\n"
+        "from core.redis_client import get_redis\n"
+        "get_redis().set('ha:env', 'yes')\n"
+        "app.send_task('ha.probe', queue='ha-env-queue')\n"
+        "print(json.dumps({'broker': app.conf.broker_write_url, 'read': app.conf.broker_read_url, "
+        "'master': settings.CELERY_BROKER_TRANSPORT_OPTIONS['master_name']}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["master"] == MASTER
+    assert out["read"] == out["broker"]
+    assert out["broker"] == ";".join(f"sentinel://:{PASSWORD}@127.0.0.1:{s.port}/{DB + 1}" for s in ha.sentinels)
+    promoted = ha.replica.client()
+    assert promoted.execute_command("SELECT", DB) and promoted.get("ha:env") == "yes"
+    prefix = settings.CELERY_BROKER_TRANSPORT_OPTIONS.get("global_keyprefix", "")
+    assert ha.replica.client(db=DB + 1).llen(f"{prefix}ha-env-queue") == 1
+
+
+def test_stream_entries_the_replica_never_got_are_found_missing_and_written_again(ha: SentinelSetup) -> None:
+    """The primary acknowledges a delta that never reaches the replica (its link cut while the replica is
+    stopped), then dies; after the promotion the worker's coalescer finds the stream short and resends the text
+    after a ``reset``: a client that follows the stream ends with the exact text."""
+    writer = RunStreamWriter(88, client=get_redis())
+    coalescer = DeltaCoalescer(writer, interval_s=lambda: 0.0, max_tokens=1, outage_limit_s=120, retry_s=0.05)
+    coalescer.add("Hello", 1)
+    _replicated(ha)
+    ha.replica.stop(signal.SIGSTOP)  # it reads nothing more
+    ha.primary.client().client_kill_filter(_type="replica")  # and its link is gone: what follows stays here
+    coalescer.add(" world", 1)
+    assert [seq for seq, _ in [(e.seq, e) for e in read_after(88, 0)]] == [1, 2]  # acknowledged by the primary
+    ha.primary.stop(signal.SIGKILL)
+    ha.replica.proc.send_signal(signal.SIGCONT)
+    wait_until(lambda: ha.primary_port() == ha.replica.port, what="the Sentinels to promote the replica")
+    assert [e.seq for e in read_after(88, 0, client=ha.replica.client(db=DB))] == [1]  # " world" is gone
+    coalescer.add("!", 1)
+    coalescer.drain()
+    entries = read_after(88, 0)
+    events = [e.event for e in entries]
+    assert StreamEvent.RESET in events
+    text = ""
+    for entry in entries:
+        if entry.event == StreamEvent.RESET:
+            text = ""
+        elif entry.event == StreamEvent.DELTA:
+            text += entry.data["text"]
+    assert text == "Hello world!"
+    assert [e.seq for e in entries] == sorted(e.seq for e in entries) and entries[0].seq == 1
