@@ -100,7 +100,7 @@ def test_a_server_whose_certificate_another_ca_signed_is_refused(
 ) -> None:
     settings.REDIS_CONNECTION = replace(settings.REDIS_CONNECTION, tls_ca_file=str(certificates.other_ca))
     get_redis.cache_clear()
-    with pytest.raises(redis.ConnectionError, match="CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
+    with pytest.raises(redis.ConnectionError, match=r"CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
         get_redis().ping()
 
     async def async_ping() -> None:
@@ -110,7 +110,7 @@ def test_a_server_whose_certificate_another_ca_signed_is_refused(
         finally:
             await client.aclose()
 
-    with pytest.raises(redis.ConnectionError, match="CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
+    with pytest.raises(redis.ConnectionError, match=r"CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
         asyncio.run(async_ping())
 
 
