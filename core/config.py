@@ -386,7 +386,7 @@ class RedisConnectionConfig:
     ``REDIS_URL``, or through Sentinel, and over TLS (docs/high-availability.md)."""
 
     sentinels: tuple[tuple[str, int], ...]
-    """``REDIS_SENTINELS``, ``host:port,host:port``: when set, every client asks these Sentinels for the current
+    """The Sentinels, ``host:port,host:port``: when set, every client asks these Sentinels for the current
     primary of ``REDIS_SENTINEL_MASTER`` (and asks again after a failover); the host and port of ``REDIS_URL`` and
     ``CELERY_BROKER_URL`` are then ignored, their user, password, database and scheme are kept. Empty: no Sentinel."""
     sentinel_master: str
