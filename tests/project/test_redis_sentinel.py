@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from celery import Celery
 from django.conf import settings
 from pytest_django.fixtures import Settings
 
-from core.config import RedisConnectionConfig
+from core.config import RedisConnectionConfig, redis_connection_config_from_env
 from core.redis_client import get_redis, make_async_redis
 from core.redis_options import broker_transport_options, broker_url
 from inference_workers.coalescer import DeltaCoalescer
@@ -195,3 +196,18 @@ def test_stream_entries_the_replica_never_got_are_found_missing_and_written_agai
             text += entry.data["text"]
     assert text == "Hello world!"
     assert [e.seq for e in entries] == sorted(e.seq for e in entries) and entries[0].seq == 1
+
+
+def test_the_sentinel_list_is_read_from_the_environment_and_a_malformed_one_fails_at_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("REDIS_SENTINELS", " 10.0.0.1:26379, [::1]:26380,")
+    assert redis_connection_config_from_env().sentinels == (("10.0.0.1", 26379), ("::1", 26380))
+    monkeypatch.setenv("REDIS_SENTINELS", "10.0.0.1")
+    with pytest.raises(ValueError, match=re.escape("REDIS_SENTINELS: '10.0.0.1' is not host:port")):
+        redis_connection_config_from_env()
+    monkeypatch.delenv("REDIS_SENTINELS")
+    config = redis_connection_config_from_env()
+    assert not config.uses_sentinel
+    assert broker_url("redis://:pw@h:1/2", config) == "redis://:pw@h:1/2"
+    assert broker_transport_options(config, socket_timeout=1, socket_connect_timeout=1) == {}
