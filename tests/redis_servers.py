@@ -107,20 +107,35 @@ class SentinelSetup:
         return [self.primary, self.replica, *self.sentinels]
 
 
-def sentinel_setup(root: Path) -> Generator[SentinelSetup, None, None]:
+def sentinel_setup(root: Path, tls: Certificates | None = None) -> Generator[SentinelSetup, None, None]:
     """A primary and its replica (both with ``requirepass``) and three Sentinels watching them (quorum 2),
     quick to decide: down after 1 s, failover timeout 3 s. Waits until the Sentinels know each other and the
-    replica, so a failover can happen."""
+    replica, so a failover can happen. With ``tls`` every server listens on a TLS port only (replication and the
+    Sentinels' links included)."""
     taken: set[int] = set()
+
+    def listen(port: int) -> str:
+        if tls is None:
+            return ""
+        return (
+            f"port 0\ntls-port {port}\ntls-cert-file {tls.cert}\ntls-key-file {tls.key}\n"
+            f"tls-ca-cert-file {tls.ca}\ntls-auth-clients no\ntls-replication yes\n"
+        )
+
+    tls_client: dict[str, Any] = {} if tls is None else {"ssl": True, "ssl_ca_certs": str(tls.ca)}
     auth = f'requirepass "{PASSWORD}"\nmasterauth "{PASSWORD}"\n'
-    primary = start_server(root / "primary", claim_port(taken), config=auth, client_options={"password": PASSWORD})
+    port = claim_port(taken)
+    primary = start_server(
+        root / "primary", port, config=listen(port) + auth, client_options={"password": PASSWORD, **tls_client}
+    )
     servers = [primary]
     try:
+        port = claim_port(taken)
         replica = start_server(
             root / "replica",
-            claim_port(taken),
-            config=auth + f"replicaof 127.0.0.1 {primary.port}\n",
-            client_options={"password": PASSWORD},
+            port,
+            config=listen(port) + auth + f"replicaof 127.0.0.1 {primary.port}\n",
+            client_options={"password": PASSWORD, **tls_client},
         )
         servers.append(replica)
         sentinel_conf = (
@@ -132,7 +147,14 @@ def sentinel_setup(root: Path) -> Generator[SentinelSetup, None, None]:
         )
         sentinels = []
         for i in range(3):
-            sentinel = start_server(root / f"sentinel{i}", claim_port(taken), "--sentinel", config=sentinel_conf)
+            port = claim_port(taken)
+            sentinel = start_server(
+                root / f"sentinel{i}",
+                port,
+                "--sentinel",
+                config=listen(port) + sentinel_conf,
+                client_options=tls_client,
+            )
             sentinels.append(sentinel)
             servers.append(sentinel)
         wait_until(lambda: replica.client().info("replication").get("master_link_status") == "up", what="the replica")

@@ -27,11 +27,11 @@ from pytest_django.fixtures import Settings
 
 from core.config import RedisConnectionConfig, redis_connection_config_from_env
 from core.redis_client import get_redis, make_async_redis
-from core.redis_options import broker_transport_options, broker_url
+from core.redis_options import broker_transport_options, broker_url, broker_use_ssl
 from inference_workers.coalescer import DeltaCoalescer
 from runs.streaming.contract import RunStreamWriter, StreamEvent, read_after
 from runs.streaming.relay import StreamRelay
-from tests.redis_servers import MASTER, PASSWORD, SentinelSetup, sentinel_setup, wait_until
+from tests.redis_servers import MASTER, PASSWORD, SentinelSetup, make_certificates, sentinel_setup, wait_until
 from tests.runs.test_stream_units import run_on_own_loop
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -211,3 +211,54 @@ def test_the_sentinel_list_is_read_from_the_environment_and_a_malformed_one_fail
     assert not config.uses_sentinel
     assert broker_url("redis://:pw@h:1/2", config) == "redis://:pw@h:1/2"
     assert broker_transport_options(config, socket_timeout=1, socket_connect_timeout=1) == {}
+
+
+def test_sentinel_and_tls_together_follow_a_failover(tmp_path: Path, settings: Settings) -> None:
+    """Every server on a TLS port only (the Sentinels and replication too): ``rediss://``, ``REDIS_TLS_CA_FILE``
+    and ``REDIS_SENTINEL_TLS``; the sync and asyncio clients and Celery's broker follow the failover over TLS. The
+    Sentinels name the primary by IP address: the servers' certificates must carry it (here 127.0.0.1)."""
+    certs = make_certificates(tmp_path / "certs")
+    servers = sentinel_setup(tmp_path / "ha", tls=certs)
+    ha = next(servers)
+    url = f"rediss://:{PASSWORD}@127.0.0.1:1/{DB}"
+    try:
+        config = replace(
+            settings.REDIS_CONNECTION,
+            sentinels=tuple(("127.0.0.1", s.port) for s in ha.sentinels),
+            sentinel_master=MASTER,
+            tls_ca_file=str(certs.ca),
+            sentinel_tls=True,
+        )
+        settings.REDIS_CONNECTION = config
+        settings.REDIS_URL = url
+        get_redis.cache_clear()
+        broker = Celery("ha-tls-test")
+        broker.conf.update(
+            broker_read_url=broker_url(url, config),
+            broker_write_url=broker_url(url, config),
+            broker_use_ssl=broker_use_ssl(url, config),
+            broker_transport_options=broker_transport_options(config, socket_timeout=5, socket_connect_timeout=5),
+        )
+        retry = {"max_retries": 60, "interval_start": 0.2, "interval_step": 0.2, "interval_max": 1.0}
+        get_redis().set("tls:before", "1")
+        broker.send_task("ha.probe", queue="ha-tls-queue", retry=True, retry_policy=retry)
+        assert ha.primary.client(db=DB).get("tls:before") == "1"
+        _replicated(ha)
+        _fail_over(ha)
+        get_redis().set("tls:after", "1")
+        broker.send_task("ha.probe", queue="ha-tls-queue", retry=True, retry_policy=retry)
+
+        async def async_write() -> None:
+            client = make_async_redis(socket_timeout=5)
+            try:
+                await client.set("tls:async", "1")
+            finally:
+                await client.aclose()
+
+        run_on_own_loop(async_write())
+        promoted = ha.replica.client(db=DB)
+        assert promoted.get("tls:after") == promoted.get("tls:async") == "1"
+        assert promoted.llen("ha-tls-queue") == 2
+    finally:
+        get_redis.cache_clear()
+        servers.close()
