@@ -107,11 +107,14 @@ class SentinelSetup:
         return [self.primary, self.replica, *self.sentinels]
 
 
-def sentinel_setup(root: Path, tls: Certificates | None = None) -> Generator[SentinelSetup, None, None]:
+def sentinel_setup(
+    root: Path, tls: Certificates | None = None, acl: tuple[Path, dict[str, str]] | None = None
+) -> Generator[SentinelSetup, None, None]:
     """A primary and its replica (both with ``requirepass``) and three Sentinels watching them (quorum 2),
     quick to decide: down after 1 s, failover timeout 3 s. Waits until the Sentinels know each other and the
     replica, so a failover can happen. With ``tls`` every server listens on a TLS port only (replication and the
-    Sentinels' links included)."""
+    Sentinels' links included). With ``acl`` (an ACL file and its passwords, ``manage.py redis_acl``) the servers
+    load it: the replica replicates as ``replica``, the Sentinels log in as ``sentinel`` (and probes with it)."""
     taken: set[int] = set()
 
     def listen(port: int) -> str:
@@ -124,10 +127,15 @@ def sentinel_setup(root: Path, tls: Certificates | None = None) -> Generator[Sen
 
     tls_client: dict[str, Any] = {} if tls is None else {"ssl": True, "ssl_ca_certs": str(tls.ca)}
     auth = f'requirepass "{PASSWORD}"\nmasterauth "{PASSWORD}"\n'
+    login: dict[str, Any] = {"password": PASSWORD}
+    sentinel_auth = f'sentinel auth-pass {MASTER} "{PASSWORD}"\n'
+    if acl is not None:
+        acl_file, passwords = acl
+        auth = f"aclfile {acl_file}\nmasteruser replica\nmasterauth {passwords['replica']}\n"
+        login = {"username": "sentinel", "password": passwords["sentinel"]}
+        sentinel_auth = f"sentinel auth-user {MASTER} sentinel\nsentinel auth-pass {MASTER} {passwords['sentinel']}\n"
     port = claim_port(taken)
-    primary = start_server(
-        root / "primary", port, config=listen(port) + auth, client_options={"password": PASSWORD, **tls_client}
-    )
+    primary = start_server(root / "primary", port, config=listen(port) + auth, client_options={**login, **tls_client})
     servers = [primary]
     try:
         port = claim_port(taken)
@@ -135,13 +143,13 @@ def sentinel_setup(root: Path, tls: Certificates | None = None) -> Generator[Sen
             root / "replica",
             port,
             config=listen(port) + auth + f"replicaof 127.0.0.1 {primary.port}\n",
-            client_options={"password": PASSWORD, **tls_client},
+            client_options={**login, **tls_client},
         )
         servers.append(replica)
         sentinel_conf = (
             f"sentinel monitor {MASTER} 127.0.0.1 {primary.port} 2\n"
-            f'sentinel auth-pass {MASTER} "{PASSWORD}"\n'
-            f"sentinel down-after-milliseconds {MASTER} 1000\n"
+            + sentinel_auth
+            + f"sentinel down-after-milliseconds {MASTER} 1000\n"
             f"sentinel failover-timeout {MASTER} 3000\n"
             f"sentinel parallel-syncs {MASTER} 1\n"
         )

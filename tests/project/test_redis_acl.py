@@ -5,8 +5,10 @@ and what lies outside a role's rights is refused with ``NOPERM``."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -32,7 +34,7 @@ from runs.streaming.contract import RunStreamWriter, StreamEvent, read_after
 from runs.streaming.relay import StreamRelay
 from scheduling.policy import QueuedRun
 from scheduling.redis_store import RedisQueueStore, wake_dispatcher
-from tests.redis_servers import Server, claim_port, start_server
+from tests.redis_servers import MASTER, Server, claim_port, sentinel_setup, start_server, wait_until
 from tests.runs.test_stream_units import run_on_own_loop
 
 PASSWORDS = {name: f"{name}-secret" for name in ("web", "worker", "dispatcher", "celery", "replica", "sentinel")}
@@ -200,3 +202,37 @@ def test_a_wrong_password_is_refused(acl_redis: Server) -> None:
         redis.Redis(port=acl_redis.port, username="web", password="nope").ping()
     with pytest.raises(redis.AuthenticationError):
         redis.Redis(port=acl_redis.port).ping()  # default is off
+
+
+def test_the_acl_file_serves_replication_and_a_sentinel_failover(tmp_path: Path, settings: Settings) -> None:
+    """Primary and replica load the file: the replica replicates as ``replica``, the Sentinels log in as
+    ``sentinel`` and promote the replica after the primary is killed; the worker's stream goes on there."""
+    acl_file = tmp_path / "users.acl"
+    call_command("redis_acl", "--out", str(acl_file), *[f"--password={k}={v}" for k, v in PASSWORDS.items()])
+    servers = sentinel_setup(tmp_path / "ha", acl=(acl_file, PASSWORDS))
+    ha = next(servers)
+    try:
+        settings.REDIS_CONNECTION = replace(
+            settings.REDIS_CONNECTION,
+            sentinels=tuple(("127.0.0.1", s.port) for s in ha.sentinels),
+            sentinel_master=MASTER,
+        )
+        settings.REDIS_URL = f"redis://worker:{PASSWORDS['worker']}@127.0.0.1:1/1"
+        get_redis.cache_clear()
+
+        def as_worker(server: Server) -> redis.Redis:
+            return server.client(username="worker", password=PASSWORDS["worker"], db=1)
+
+        writer = RunStreamWriter(5)
+        writer.append(StreamEvent.DELTA, {"text": "a"})
+        assert as_worker(ha.primary).execute_command("WAIT", 1, 5000) == 1  # replicated as the replica user
+        ha.primary.stop(signal.SIGKILL)
+        wait_until(lambda: ha.primary_port() == ha.replica.port, what="the Sentinels to promote the replica")
+        wait_until(lambda: ha.replica.client().info("replication")["role"] == "master", what="the promotion")
+        writer.append(StreamEvent.DELTA, {"text": "b"})
+        assert [e.seq for e in read_after(5, 0, client=as_worker(ha.replica))] == [1, 2]
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            ha.replica.client().get("run:5:events")  # the Sentinels' user reads no data
+    finally:
+        get_redis.cache_clear()
+        servers.close()
