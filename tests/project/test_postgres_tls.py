@@ -19,6 +19,8 @@ import pytest
 
 from tests.redis_servers import Certificates, claim_port, make_certificates
 
+pytestmark = pytest.mark.live  # its own servers, tens of seconds: not in `make test-fast`
+
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = (
     "import django; django.setup()\n"

@@ -34,6 +34,8 @@ from runs.streaming.relay import StreamRelay
 from tests.redis_servers import MASTER, PASSWORD, SentinelSetup, make_certificates, sentinel_setup, wait_until
 from tests.runs.test_stream_units import run_on_own_loop
 
+pytestmark = pytest.mark.live  # its own servers, tens of seconds: not in `make test-fast`
+
 ROOT = Path(__file__).resolve().parents[2]
 DB = 3
 URL = f"redis://:{PASSWORD}@127.0.0.1:1/{DB}"
