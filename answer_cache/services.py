@@ -249,7 +249,8 @@ def cache_store(
     return entry
 
 
-def _stash_key(run_id: int) -> str:
+def embedding_stash_key(run_id: int) -> str:
+    """Where a missed prompt's embedding waits for the run's end (the ACL file names its pattern)."""
     return f"answer_cache:embedding:{run_id}"
 
 
@@ -259,12 +260,12 @@ def cache_stash_embedding(*, run_id: int, lookup: CacheLookup) -> None:
     if lookup.hit is not None or lookup.embedding is None:
         return
     payload = json.dumps({"model": lookup.embedding_model, "vector": pack(to_unit(lookup.embedding)).hex()})
-    get_redis().set(_stash_key(run_id), payload, ex=settings.ANSWER_CACHE.stash_ttl_s)
+    get_redis().set(embedding_stash_key(run_id), payload, ex=settings.ANSWER_CACHE.stash_ttl_s)
 
 
 def cache_take_embedding(*, run_id: int) -> tuple[list[float], str] | None:
     """The embedding :func:`cache_stash_embedding` kept for the run, and its model (removed as it is read)."""
-    raw = get_redis().getdel(_stash_key(run_id))
+    raw = get_redis().getdel(embedding_stash_key(run_id))
     if raw is None:
         return None
     data = json.loads(raw)

@@ -381,6 +381,62 @@ def outage_config_from_env() -> OutageConfig:
 
 
 @dataclass(frozen=True)
+class RedisConnectionConfig:
+    """How every Redis client of a process (``core.redis_client``) and Celery's broker reach Redis: directly at
+    ``REDIS_URL``, or through Sentinel, and over TLS (docs/high-availability.md)."""
+
+    sentinels: tuple[tuple[str, int], ...]
+    """The Sentinels, ``host:port,host:port``: when set, every client asks these Sentinels for the current
+    primary of ``REDIS_SENTINEL_MASTER`` (and asks again after a failover); the host and port of ``REDIS_URL`` and
+    ``CELERY_BROKER_URL`` are then ignored, their user, password, database and scheme are kept. Empty: no Sentinel."""
+    sentinel_master: str
+    """The name the Sentinels monitor the primary under (``sentinel monitor <name> ...``)."""
+    sentinel_username: str
+    """The ACL user the Sentinels themselves ask for (``requirepass``/``user`` in sentinel.conf); empty: none."""
+    sentinel_password: str
+    """The password the Sentinels themselves ask for; empty: none (the primary's password is the URL's)."""
+    tls_ca_file: str
+    """A PEM CA bundle that the Redis server's (and the Sentinels') certificates must chain to, for ``rediss://``
+    URLs and ``REDIS_SENTINEL_TLS``; empty: the system's CAs. The server's name is always checked."""
+    tls_cert_file: str
+    """A client certificate (PEM) for servers that ask for one (``tls-auth-clients yes``); empty: none."""
+    tls_key_file: str
+    """The key of ``REDIS_TLS_CERT_FILE``."""
+    sentinel_tls: bool
+    """The Sentinels listen with TLS (``tls-port``): their connections use it, with ``REDIS_TLS_CA_FILE``."""
+
+    @property
+    def uses_sentinel(self) -> bool:
+        return bool(self.sentinels)
+
+
+def _host_ports(spec: str) -> tuple[tuple[str, int], ...]:
+    pairs = []
+    for item in spec.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"REDIS_SENTINELS: {item!r} is not host:port")
+        pairs.append((host.strip("[]"), int(port)))
+    return tuple(pairs)
+
+
+def redis_connection_config_from_env() -> RedisConnectionConfig:
+    return RedisConnectionConfig(
+        sentinels=_host_ports(env.str("REDIS_SENTINELS", default="")),
+        sentinel_master=env.str("REDIS_SENTINEL_MASTER", default="chat"),
+        sentinel_username=env.str("REDIS_SENTINEL_USERNAME", default=""),
+        sentinel_password=env.str("REDIS_SENTINEL_PASSWORD", default=""),
+        tls_ca_file=env.str("REDIS_TLS_CA_FILE", default=""),
+        tls_cert_file=env.str("REDIS_TLS_CERT_FILE", default=""),
+        tls_key_file=env.str("REDIS_TLS_KEY_FILE", default=""),
+        sentinel_tls=env.bool("REDIS_SENTINEL_TLS", default=False),
+    )
+
+
+@dataclass(frozen=True)
 class EmbeddingConfig:
     """Embedding deployments: ``/v1/embeddings``' limits, the call to the embedding workers, and those workers."""
 

@@ -25,6 +25,7 @@ import redis.asyncio as aioredis
 from django.conf import settings
 
 from core.errors import DomainError
+from core.redis_client import make_async_redis, make_redis
 from deployments import worker_rpc
 from deployments.embedding_model import EmbeddingModelError, EmbeddingSpec, read_spec
 from deployments.selection import Served
@@ -168,12 +169,7 @@ def _vectors(raw: str | None, deployment: Served, *, expected: int) -> list[Vect
 @functools.lru_cache(maxsize=1)
 def _sync_client() -> redis.Redis:
     """The shared Redis with a socket timeout longer than the longest wait for a reply (``get_redis``' is 5 s)."""
-    return redis.Redis.from_url(
-        settings.REDIS_URL,
-        decode_responses=True,
-        socket_connect_timeout=5,
-        socket_timeout=settings.EMBEDDINGS.timeout_s + 5,
-    )
+    return make_redis(socket_connect_timeout=5, socket_timeout=settings.EMBEDDINGS.timeout_s + 5)
 
 
 _async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aioredis.Redis] = weakref.WeakKeyDictionary()
@@ -186,11 +182,8 @@ def _async_client() -> aioredis.Redis:
     with _async_lock:
         client = _async_clients.get(loop)
         if client is None:
-            client = aioredis.Redis.from_url(  # a reply may take up to EMBEDDING_TIMEOUT_S: the socket waits longer
-                settings.REDIS_URL,
-                decode_responses=True,
-                socket_connect_timeout=5,
-                socket_timeout=settings.EMBEDDINGS.timeout_s + 5,
+            client = make_async_redis(  # a reply may take up to EMBEDDING_TIMEOUT_S: the socket waits longer
+                socket_connect_timeout=5, socket_timeout=settings.EMBEDDINGS.timeout_s + 5
             )
             _async_clients[loop] = client
         return client

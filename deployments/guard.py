@@ -16,9 +16,9 @@ import functools
 import time
 
 import redis
-from django.conf import settings
 
 from core.errors import DomainError
+from core.redis_client import make_redis
 from deployments import worker_rpc
 from deployments.selection import Served
 from deployments.tokenizer import load_tokenizer
@@ -88,6 +88,4 @@ def next_token_logprobs(
 @functools.lru_cache(maxsize=4)
 def _client(timeout_s: float) -> redis.Redis:
     """The shared Redis with a socket timeout longer than the wait for a reply (``get_redis``' is 5 s)."""
-    return redis.Redis.from_url(
-        settings.REDIS_URL, decode_responses=True, socket_connect_timeout=5, socket_timeout=timeout_s + 5
-    )
+    return make_redis(socket_connect_timeout=5, socket_timeout=timeout_s + 5)

@@ -51,7 +51,9 @@ class DeltaCoalescer:
     first write after an outage it checks that this attempt still holds the run (``owns``: its lease may have
     expired meanwhile and the run been requeued), whether the failed append had reached Redis after all (only
     its reply lost), and whether the stream lost entries (Redis restarted without them): then a ``reset`` and
-    the whole text so far go out, so a client's text is exact again. Past ``outage_limit_s`` without Redis,
+    the whole text so far go out, so a client's text is exact again. An append that went through (redis-py's
+    retries reconnected it, to a restarted Redis or a promoted replica) but found entries missing before its own
+    (``RunStreamWriter.gap``) is repaired the same way. Past ``outage_limit_s`` without Redis,
     or without the lease, it raises :class:`StreamLost`.
     """
 
@@ -157,6 +159,9 @@ class DeltaCoalescer:
             if self._down_since is not None:
                 self._resume()
             self._append_buffered()
+            if self.writer.gap is not None:  # the append went through, after entries Redis had lost
+                self._repair(*self.writer.gap)
+                self._append_buffered()
         except STREAM_ERRORS as exc:
             if self._down_since is None:
                 self._down_since = now
@@ -215,11 +220,12 @@ class DeltaCoalescer:
                 self.flushes += 1
                 del self.parts[:count]
         if last < self.writer.seq:  # Redis came back without entries it had acknowledged
-            logger.warning(
-                "run %s: its stream lost entries %s-%s; resending the text",
-                self.writer.run_id,
-                last + 1,
-                self.writer.seq,
-            )
-            self.writer.append(StreamEvent.RESET, {})
-            self.parts = [_Part(self.text, self.tokens, list(self.logprob_entries))]
+            self._repair(last + 1, self.writer.seq)
+
+    def _repair(self, first: int, last: int) -> None:
+        """The stream lost entries ``first``..``last`` (Redis restarted or failed over without them): a ``reset``
+        and the whole text so far go out, so a client's text is exact again."""
+        logger.warning("run %s: its stream lost entries %s-%s; resending the text", self.writer.run_id, first, last)
+        self.writer.append(StreamEvent.RESET, {})
+        self.writer.gap = None
+        self.parts = [_Part(self.text, self.tokens, list(self.logprob_entries))]

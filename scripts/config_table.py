@@ -47,8 +47,14 @@ SETTINGS_HELP = {
         "Seconds a web process keeps an API token's user, tier and limits in memory (0: off): a revoked token, a"
         " deactivated user or changed limits take effect within this time (accounts/authentication.py)."
     ),
-    "REDIS_URL": "Redis for streams, buckets, scheduler queues, heartbeats and cancel signals.",
-    "CELERY_BROKER_URL": "Celery's broker (a Redis URL).",
+    "REDIS_URL": (
+        "Redis for streams, buckets, scheduler queues, heartbeats and cancel signals, with the role's ACL user"
+        " (`rediss://`: TLS; under `REDIS_SENTINELS` only its user, password, db and scheme count):"
+        " [High availability](high-availability.md)."
+    ),
+    "CELERY_BROKER_URL": (
+        "Celery's broker (a Redis URL, user `celery`); under `REDIS_SENTINELS` the settings make it `sentinel://` URLs."
+    ),
     "LOG_LEVEL": "Root log level.",
     "LOG_FORMAT": (
         "`plain` (readable lines, run fields appended as `key=value`) or `json` (one JSON object per line: "

@@ -19,11 +19,13 @@ from core.config import (
     memory_config_from_env,
     moderation_config_from_env,
     outage_config_from_env,
+    redis_connection_config_from_env,
     scheduler_config_from_env,
     stream_config_from_env,
     worker_config_from_env,
 )
 from core.logs import logging_config
+from core.redis_options import broker_transport_options, broker_url, broker_use_ssl
 from scheduling.gate import parse_gates
 
 django_stubs_ext.monkeypatch()
@@ -121,7 +123,14 @@ API_TOKEN_CACHE_S = env.float("API_TOKEN_CACHE_S", default=5.0)
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 # GET /metrics (Prometheus): open when empty, else it needs "Authorization: Bearer <METRICS_TOKEN>".
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
-CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)
+# Sentinel and TLS for every Redis connection, Celery's broker included (docs/high-availability.md).
+REDIS_CONNECTION = redis_connection_config_from_env()
+_BROKER_REDIS_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)
+CELERY_BROKER_URL = broker_url(_BROKER_REDIS_URL, REDIS_CONNECTION)
+CELERY_BROKER_USE_SSL = broker_use_ssl(_BROKER_REDIS_URL, REDIS_CONNECTION)
+# Celery takes CELERY_BROKER_URL from the environment over this module (the raw URL, not the Sentinel one); its
+# read and write URLs come before both, so every connection of the app uses the derived one.
+CELERY_BROKER_READ_URL = CELERY_BROKER_WRITE_URL = CELERY_BROKER_URL
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -208,4 +217,10 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     # Prefix for every broker key: lets several independent stacks share one Redis database (the browser
     # tests' worker must not take tasks meant for another test worker). Empty: no prefix.
     "global_keyprefix": env.str("CELERY_BROKER_KEY_PREFIX", default=""),
+    # Under Sentinel: the primary's name and how to reach the Sentinels (empty without REDIS_SENTINELS).
+    **broker_transport_options(
+        REDIS_CONNECTION,
+        socket_timeout=OUTAGES.redis_socket_timeout_s,
+        socket_connect_timeout=OUTAGES.redis_connect_timeout_s,
+    ),
 }

@@ -144,6 +144,9 @@ class RunStreamWriter:
         self.seq = last_seq(run_id, client=self.client)
         self._expiry_set = False
         self._active_refreshed_at = 0.0
+        self.gap: tuple[int, int] | None = None
+        """Entries (first, last) that an append found missing before its own: Redis lost them. Whoever can
+        write the text again (the worker's coalescer) repairs the stream and clears it."""
 
     def append(self, event: StreamEvent, data: dict[str, Any]) -> int:
         """Appends one event in one round trip; returns its sequence number (the SSE ``id``).
@@ -154,14 +157,21 @@ class RunStreamWriter:
         stream's TTL and active entry go out again with the next append.
         """
         pipe = self.client.pipeline(transaction=False)
+        pipe.xrevrange(self.key, count=1)  # the entry before this one, in the same round trip
         seq = self.queue(pipe, event, data)
         try:
-            pipe.execute()
+            replies = pipe.execute()
         except (redis.ConnectionError, redis.TimeoutError):
             self.seq = seq - 1
             self._expiry_set = False
             self._active_refreshed_at = 0.0
             raise
+        before = replies[0]
+        last = int(before[0][0].split("-", 1)[1]) if before else 0
+        if last < seq - 1:
+            # Redis answers but no longer holds entries it acknowledged: a restart without them, or a Sentinel
+            # failover to a replica they had not reached, that redis-py's retries hid from this append.
+            self.gap = (last + 1, seq - 1)
         return seq
 
     def last_in_stream(self) -> int:

@@ -30,6 +30,7 @@ import redis.asyncio as aioredis
 from django.conf import settings
 from redis.asyncio.connection import Connection
 
+from core.redis_client import make_async_pool
 from runs.streaming.contract import TERMINAL_EVENTS, StreamEntry, StreamEvent, parse_entry, stream_key
 
 logger = logging.getLogger(__name__)
@@ -164,11 +165,10 @@ class StreamRelay:
         self._task: asyncio.Task[None] | None = None
         # Replays and CLIENT UNBLOCK go through a small pool; a burst of joins waits for a free connection.
         self.commands = aioredis.Redis(
-            connection_pool=aioredis.BlockingConnectionPool.from_url(
+            connection_pool=make_async_pool(
                 redis_url,
-                decode_responses=True,
                 max_connections=32,
-                timeout=30,
+                wait_timeout=30,
                 # A paused or stalled Redis fails a stream's opening read in seconds (a 503), never hangs it.
                 socket_timeout=settings.OUTAGES.redis_socket_timeout_s,
                 socket_connect_timeout=settings.OUTAGES.redis_connect_timeout_s,
@@ -263,7 +263,8 @@ class StreamRelay:
             try:
                 if conn is None:
                     # A connection of its own, without a socket timeout: the XREAD blocks on purpose.
-                    pool = aioredis.ConnectionPool.from_url(self.redis_url, socket_timeout=None)
+                    # Under Sentinel the connection asks for the current primary when it connects.
+                    pool = make_async_pool(self.redis_url, socket_timeout=None, decode_responses=False)
                     conn = pool.make_connection()
                     await conn.connect()
                     await conn.send_command("CLIENT", "ID")

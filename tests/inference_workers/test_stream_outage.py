@@ -112,6 +112,24 @@ def test_entries_redis_came_back_without_are_sent_again_after_a_reset(clean_redi
     assert entries[-1].data["tokens"] == 4
 
 
+def test_entries_lost_without_an_error_seen_are_found_by_the_next_append_and_sent_again(
+    clean_redis: redis.Redis,
+) -> None:
+    """redis-py's retries may reconnect an append to a restarted Redis or a promoted replica without the caller
+    seeing an error: the append itself finds the entries missing before its own and the text goes out again."""
+    coalescer = _coalescer(FlakyRedis(clean_redis), 10)
+    coalescer.add("a", 1)
+    coalescer.add(" b", 1)
+    clean_redis.xdel(stream_key(10), "0-2")  # gone with no failed append: the writer has seen nothing
+    coalescer.add(" c", 1)
+    coalescer.drain()
+    entries = read_after(10, 0)
+    assert [e.event for e in entries] == [StreamEvent.DELTA, StreamEvent.DELTA, StreamEvent.RESET, StreamEvent.DELTA]
+    assert [e.seq for e in entries] == [1, 3, 4, 5]
+    assert _text(10) == "a b c"
+    assert coalescer.writer.gap is None
+
+
 def test_a_resend_after_lost_entries_keeps_every_tokens_logprobs(clean_redis: redis.Redis) -> None:
     flaky = FlakyRedis(clean_redis)
     writer = RunStreamWriter(12, client=flaky)  # type: ignore[arg-type]
