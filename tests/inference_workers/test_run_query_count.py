@@ -66,7 +66,7 @@ def test_a_generating_run_holds_no_database_connection(sim_runtime: WorkerRuntim
     held: list[bool] = []
     append = RunStreamWriter.append
 
-    def recording(self: RunStreamWriter, event: str, data: Any, *args: Any, **kwargs: Any) -> Any:
+    def recording(self: RunStreamWriter, event: StreamEvent, data: Any, *args: Any, **kwargs: Any) -> Any:
         if event == StreamEvent.DELTA:
             held.append(connection.connection is not None)
         return append(self, event, data, *args, **kwargs)
