@@ -37,6 +37,7 @@ import argparse
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
 import time
@@ -309,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{os.getloadavg()[0]:.2f}",
         flush=True,
     )
+    # A SIGTERM (a timeout, a kill) stops the stack too: the processes run in sessions of their own.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     stack = start_stack(args, logs)
     levels: list[Level] = []
     try:
