@@ -205,6 +205,8 @@ def _per_host_copy(
             fill_from_store(key=key, source_path=source_path, checksum=checksum, target=target, reporter=reporter)
         return target
     if source_kind == SourceKind.PATH:
+        if not (Path(local_path).is_absolute() or local_path.startswith(".")):
+            return Path(local_path)  # a model name (ENGINE_MODEL) the operator cached on each host: vLLM resolves it
         folder = Path(local_path)
         hint = "mount it on this host (it is served in place, never copied)"
     elif source_kind == SourceKind.PACKAGED:

@@ -28,7 +28,7 @@ from django.test import Client
 from moto.server import ThreadedMotoServer
 from pytest_django.fixtures import Settings
 
-from bench.lib.processes import celery_worker_argv, child_env
+from bench.lib.processes import celery_worker_argv, child_env, stop_process_group, wait_worker_heartbeat
 from deployments.host_cache import (
     HostCacheError,
     HostCacheState,
@@ -41,6 +41,7 @@ from deployments.model_files import READY_MARKER, is_prepared
 from deployments.model_store import ModelStoreError, parse_store_url
 from deployments.models import DeploymentStatus, ModelDeployment, SourceKind
 from deployments.registration import RegistrationError, folder_checksum, register_deployment
+from generation.worker_contract import WorkerState, worker_heartbeats
 from inference_workers.deployment import DeploymentNotServable, find_worker_deployment, worker_deployment
 from inference_workers.signals import WORKER_REFUSED_EXIT_CODE
 
@@ -364,6 +365,18 @@ def test_a_per_host_worker_without_a_copy_of_a_folder_source_says_what_to_do(
     assert "model_store_push" in str(refused.value)
     assert reports(row.key)["w1"].state == HostCacheState.FAILED
 
+    served_in_place = ModelDeployment.objects.create(
+        name="smol", version="v8", source_kind=SourceKind.PATH, source_path="/mnt/shared/smol",
+        local_path="/mnt/shared/smol", checksum="a" * 64, status=DeploymentStatus.READY,
+    )  # fmt: skip
+    with pytest.raises(DeploymentNotServable, match="mount it on this host"):
+        find_worker_deployment(served_in_place.key, worker="w1")
+    by_name = ModelDeployment.objects.create(
+        name="smol", version="v9", source_kind=SourceKind.PATH, source_path="HuggingFaceTB/SmolLM2-135M-Instruct",
+        local_path="HuggingFaceTB/SmolLM2-135M-Instruct", status=DeploymentStatus.READY,
+    )  # fmt: skip
+    assert find_worker_deployment(by_name.key).local_path == by_name.local_path  # a name vLLM resolves on the host
+
 
 def test_shared_mode_serves_the_registered_copy_as_it_is(settings: Settings, tmp_path: Path) -> None:
     row = s3_row("v8", f"s3://{BUCKET}/tiny/v8/", "b" * 64)
@@ -389,6 +402,69 @@ def test_the_admin_shows_each_workers_cache_report(admin_client: Client, setting
 # --- a worker process ---------------------------------------------------------------------------------------------
 
 
+def worker_env(endpoint: str, key: str, cache: Path, *, broker_prefix: str) -> dict[str, str]:
+    """What a worker host with its own cache needs besides the database, Redis and the broker: env vars only."""
+    return child_env(
+        ENGINE_BACKEND="simulated",
+        WORKER_DEPLOYMENT=key,
+        MODEL_CACHE_MODE="per_host",
+        MODEL_CACHE_DIR=str(cache),
+        MODEL_STORE_ENDPOINT_URL=endpoint,
+        MODEL_STORE_ACCESS_KEY_ID="testing",
+        MODEL_STORE_SECRET_ACCESS_KEY="testing",
+        MODEL_STORE_REGION="us-east-1",
+        MODEL_STORE_MAX_ATTEMPTS="1",
+        MODEL_STORE_TRANSFER_CHUNK_MB="1024",
+        CELERY_BROKER_KEY_PREFIX=broker_prefix,
+    )
+
+
+def tokenizer_folder(root: Path) -> Path:
+    """The real model's config, tokenizer and chat template with stand-in weights: what a worker on the simulated
+    engine loads (its tokenizer renders the prompts; the simulated engine reads no weights)."""
+    root.mkdir(parents=True)
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        if (REAL_DEFAULT_DIR / name).is_file():
+            shutil.copy2(REAL_DEFAULT_DIR / name, root / name)
+    (root / "model.safetensors").write_bytes(b"stand-in weights" * 1000)
+    return root
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_host_with_an_empty_cache_fills_it_from_the_store_then_serves(
+    s3_endpoint: str, s3: Any, tmp_path: Path
+) -> None:
+    folder = tokenizer_folder(tmp_path / "src")
+    row = s3_row("v12", publish_small(s3, "tiny/v12/", folder), folder_checksum(folder))
+    cache = tmp_path / "worker-host"
+    log_path = tmp_path / "worker.log"
+    with log_path.open("wb") as log:
+        worker = subprocess.Popen(
+            celery_worker_argv(name="gpu-s@host-s", concurrency=1),
+            env=worker_env(s3_endpoint, row.key, cache, broker_prefix=f"s3store-{row.pk}:"),
+            cwd=django_settings.BASE_DIR,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        wait_worker_heartbeat("gpu-s@host-s", worker, timeout_s=240, what=f"the worker (log: {log_path})")
+        beat = next(b for b in worker_heartbeats() if b.worker == "gpu-s@host-s")
+        assert (beat.deployment, beat.state) == (row.key, WorkerState.READY)
+    finally:
+        stop_process_group(worker)
+    text = log_path.read_text(errors="replace")
+    assert f"model cache {row.key}: filling {cache / row.key} from s3://{BUCKET}/tiny/v12/" in text
+    files = len(list(folder.iterdir()))
+    assert f"model cache {row.key}: filling, 0/{files} files" in text  # progress, from the first file to the last
+    assert f"model cache {row.key}: filling, {files}/{files} files" in text
+    assert "filled and verified" in text
+    assert f"this worker serves deployment {row.key} from {cache / row.key}" in text
+    assert folder_checksum(cache / row.key) == row.checksum == recorded_checksum(cache / row.key)
+    ready = reports(row.key)["gpu-s@host-s"]
+    assert (ready.state, ready.path) == (HostCacheState.READY, str(cache / row.key))
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_process_with_a_tampered_store_exits_without_consuming(
     s3_endpoint: str, s3: Any, tmp_path: Path
@@ -397,21 +473,9 @@ def test_a_worker_process_with_a_tampered_store_exits_without_consuming(
     row = s3_row("v10", publish_small(s3, "tiny/v10/", folder), folder_checksum(folder))
     s3.put_object(Bucket=BUCKET, Key="tiny/v10/model.safetensors", Body=b"tampered")
     cache = tmp_path / "worker-host"
-    env = child_env(
-        ENGINE_BACKEND="simulated",
-        WORKER_DEPLOYMENT=row.key,
-        MODEL_CACHE_MODE="per_host",
-        MODEL_CACHE_DIR=str(cache),
-        MODEL_STORE_ENDPOINT_URL=s3_endpoint,
-        MODEL_STORE_ACCESS_KEY_ID="testing",
-        MODEL_STORE_SECRET_ACCESS_KEY="testing",
-        MODEL_STORE_REGION="us-east-1",
-        MODEL_STORE_MAX_ATTEMPTS="1",
-        CELERY_BROKER_KEY_PREFIX=f"s3store-{row.pk}:",
-    )
     worker = subprocess.run(
         celery_worker_argv(name="gpu-t@host-t", concurrency=1),
-        env=env,
+        env=worker_env(s3_endpoint, row.key, cache, broker_prefix=f"s3store-{row.pk}:"),
         cwd=django_settings.BASE_DIR,
         capture_output=True,
         text=True,
@@ -423,6 +487,7 @@ def test_a_worker_process_with_a_tampered_store_exits_without_consuming(
     assert "refuses to serve" in log and "checksum mismatch" in log
     assert "Connected to" not in log and "ready." not in log  # it never reached its consumer
     assert not (cache / row.key).exists()
+    assert not any(b.worker == "gpu-t@host-t" for b in worker_heartbeats())
     failed = reports(row.key)["gpu-t@host-t"]
     assert failed.state == HostCacheState.FAILED and "checksum mismatch" in failed.reason
 
