@@ -207,6 +207,25 @@ def download_folder(
         raise store_error(exc, location, doing="downloading") from exc
 
 
+def ensure_bucket(client: Any, location: StoreLocation) -> bool:
+    """Creates ``location``'s bucket when it does not exist (True when it did so)."""
+    from botocore.exceptions import ClientError
+
+    try:
+        client.head_bucket(Bucket=location.bucket)
+        return False
+    except ClientError as exc:
+        if str(exc.response.get("Error", {}).get("Code", "")) not in ("404", "NoSuchBucket", "NotFound"):
+            raise store_error(exc, location, doing="checking the bucket of") from exc
+    except Exception as exc:  # as in list_folder
+        raise store_error(exc, location, doing="checking the bucket of") from exc
+    try:
+        client.create_bucket(Bucket=location.bucket)
+    except Exception as exc:  # as in list_folder
+        raise store_error(exc, location, doing="creating the bucket of") from exc
+    return True
+
+
 def folder_files(folder: Path) -> list[tuple[str, Path]]:
     """``(relative path, path)`` of the files a worker loads from ``folder`` (not the ``.prepared`` marker)."""
     return sorted(

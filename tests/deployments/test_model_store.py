@@ -38,7 +38,7 @@ from deployments.host_cache import (
     recorded_checksum,
 )
 from deployments.model_files import READY_MARKER, is_prepared
-from deployments.model_store import ModelStoreError, parse_store_url
+from deployments.model_store import ModelStoreError, ensure_bucket, list_folder, parse_store_url, store_client
 from deployments.models import DeploymentStatus, ModelDeployment, SourceKind
 from deployments.registration import RegistrationError, folder_checksum, register_deployment
 from generation.worker_contract import WorkerState, worker_heartbeats
@@ -231,6 +231,8 @@ def test_a_registered_s3_version_is_filled_into_an_empty_per_host_cache_and_a_ta
     assert f"smollm2/v2/{READY_MARKER}" not in keys and "smollm2/v2/model.safetensors" in keys
     with pytest.raises(CommandError, match="already holds"):  # one model per prefix, unless --replace
         call_command("model_store_push", str(REAL_DEFAULT_DIR), url, stdout=StringIO())
+    with pytest.raises(CommandError, match="the bucket 'no-such-bucket' does not exist"):
+        call_command("model_store_push", str(REAL_DEFAULT_DIR), "s3://no-such-bucket/x/", stdout=StringIO())
 
     row = register_deployment(name=NAME, version="v2", source_kind=SourceKind.S3, source_path=url.rstrip("/"))
     assert (row.status, row.checksum, row.source_path) == (DeploymentStatus.READY, expected, url)
@@ -507,3 +509,13 @@ def test_model_cache_fill_fills_this_hosts_copy_or_exits_with_the_reason(
     with pytest.raises(CommandError, match="checksum mismatch"):
         call_command("model_cache_fill", row.key, "--worker", "warm@host", stdout=StringIO())
     assert cache_entries(cache) == []  # the copy that no longer matches is gone, and nothing replaced it
+
+
+def test_a_missing_bucket_is_created_on_request_only(store: str, s3: Any) -> None:
+    location = parse_store_url("s3://fresh-bucket/tiny/")
+    client = store_client()
+    with pytest.raises(ModelStoreError, match="the bucket 'fresh-bucket' does not exist"):
+        list_folder(client, location)
+    assert ensure_bucket(client, location) is True
+    assert ensure_bucket(client, location) is False
+    assert "fresh-bucket" in [bucket["Name"] for bucket in s3.list_buckets()["Buckets"]]

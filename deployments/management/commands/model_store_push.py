@@ -12,7 +12,14 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from deployments.model_store import ModelStoreError, describe_store, parse_store_url, store_client, upload_folder
+from deployments.model_store import (
+    ModelStoreError,
+    describe_store,
+    ensure_bucket,
+    parse_store_url,
+    store_client,
+    upload_folder,
+)
 from deployments.verification import RegistrationError, verify_model_folder
 
 
@@ -28,13 +35,17 @@ class Command(BaseCommand):
         parser.add_argument(
             "--replace", action="store_true", help="Overwrite a prefix that already holds files (deletes them first)."
         )
+        parser.add_argument("--create-bucket", action="store_true", help="Create the bucket if it does not exist.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         folder = Path(options["folder"]).expanduser().resolve()
         try:
             location = parse_store_url(options["url"])
             checksum = verify_model_folder(folder, kind=options["kind"])
-            files, size = upload_folder(store_client(), folder, location, replace=options["replace"])
+            client = store_client()
+            if options["create_bucket"] and ensure_bucket(client, location):
+                self.stdout.write(f"created the bucket {location.bucket}")
+            files, size = upload_folder(client, folder, location, replace=options["replace"])
         except (ModelStoreError, RegistrationError) as exc:
             raise CommandError(exc.message) from exc
         self.stdout.write(f"published {files} files ({size / 2**20:.1f} MB) to {location.url} at {describe_store()}")
