@@ -109,6 +109,40 @@ class DeploymentConfig:
 
 
 @dataclass(frozen=True)
+class ModelStoreConfig:
+    """The model store over the S3 API (``s3://bucket/prefix/`` sources) and where each worker host finds its copy
+    of a deployment's weights (docs/deployments.md, "Model store and per-host caches")."""
+
+    cache_mode: str
+    """``shared``: a worker loads the copy registration made (``local_path``), on a mount every host sees.
+    ``per_host``: each worker host keeps its own copy in ``MODEL_CACHE_DIR/<name>@<version>``; a worker whose copy
+    is missing fills it from the deployment's store (staging folder, checksum verified) before it builds its engine."""
+    endpoint_url: str
+    """The S3 API's URL (``http://minio.internal:9000``, a moto server...); empty: AWS S3 itself."""
+    region: str
+    """The store's region; empty: boto3's own (``AWS_DEFAULT_REGION``, ``~/.aws/config``)."""
+    access_key_id: str
+    """The store's access key; empty: boto3's standard chain (``AWS_ACCESS_KEY_ID``, ``~/.aws/credentials``, an
+    instance role)."""
+    secret_access_key: str
+    """The secret of ``MODEL_STORE_ACCESS_KEY_ID`` (empty: boto3's standard chain, ``AWS_SECRET_ACCESS_KEY``...)."""
+    connect_timeout_s: float
+    """How long a request to the store waits for the connection: an unreachable store fails the fill this fast
+    (times ``MODEL_STORE_MAX_ATTEMPTS``)."""
+    read_timeout_s: float
+    """How long a request to the store waits for the next bytes of its answer."""
+    max_attempts: int
+    """Attempts of each request to the store (boto3's standard retry mode: the first one and its retries)."""
+    transfer_chunk_mb: int
+    """Files larger than this are transferred in parts of this size, several at once (boto3's managed transfers);
+    smaller ones in one request."""
+    progress_interval_s: float
+    """A worker filling its copy logs and reports its progress (files and bytes done) at most this often."""
+    status_ttl_s: int
+    """How long a worker's fill status (filling, ready, failed with the reason) stays in Redis for the admin."""
+
+
+@dataclass(frozen=True)
 class StreamConfig:
     """How token deltas travel from the worker through Redis Streams to the SSE clients."""
 
@@ -242,6 +276,22 @@ def deployment_config_from_env() -> DeploymentConfig:
         drain_deadline_s=env.float("DEPLOYMENT_DRAIN_DEADLINE_S", default=300.0),
         continue_runs=env.bool("DEPLOYMENT_CONTINUE_RUNS", default=True),
         retire_idle_s=env.float("DEPLOYMENT_RETIRE_IDLE_S", default=86400.0),
+    )
+
+
+def model_store_config_from_env() -> ModelStoreConfig:
+    return ModelStoreConfig(
+        cache_mode=env.str("MODEL_CACHE_MODE", default="shared"),
+        endpoint_url=env.str("MODEL_STORE_ENDPOINT_URL", default=""),
+        region=env.str("MODEL_STORE_REGION", default=""),
+        access_key_id=env.str("MODEL_STORE_ACCESS_KEY_ID", default=""),
+        secret_access_key=env.str("MODEL_STORE_SECRET_ACCESS_KEY", default=""),
+        connect_timeout_s=env.float("MODEL_STORE_CONNECT_TIMEOUT_S", default=5.0),
+        read_timeout_s=env.float("MODEL_STORE_READ_TIMEOUT_S", default=60.0),
+        max_attempts=env.int("MODEL_STORE_MAX_ATTEMPTS", default=3),
+        transfer_chunk_mb=env.int("MODEL_STORE_TRANSFER_CHUNK_MB", default=64),
+        progress_interval_s=env.float("MODEL_CACHE_PROGRESS_INTERVAL_S", default=5.0),
+        status_ttl_s=env.int("MODEL_CACHE_STATUS_TTL_S", default=86400),
     )
 
 

@@ -20,6 +20,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
 
+from deployments.host_cache import HostCacheStatus, host_cache_statuses
 from deployments.models import ModelDeployment, Rollout
 from deployments.registration import (
     MATERIALIZABLE,
@@ -50,14 +51,24 @@ def live_workers_by_deployment() -> dict[str, list[WorkerHeartbeat]] | None:
     return workers
 
 
+def host_caches_by_deployment(keys: list[str]) -> dict[str, list[HostCacheStatus]] | None:
+    """Each deployment key's workers' reports on their per-host copies (one Redis read); None when Redis is down."""
+    try:
+        return host_cache_statuses(keys)
+    except redis.RedisError:
+        return None
+
+
 class DeploymentChangeList(ChangeList):
-    """Reads the workers' heartbeats once for the page's rows, not once per row."""
+    """Reads the workers' heartbeats and cache reports once for the page's rows, not once per row."""
 
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)
         workers = live_workers_by_deployment()
+        caches = host_caches_by_deployment([row.key for row in self.result_list])
         for row in self.result_list:
             row.live_worker_beats = None if workers is None else workers.get(row.key, [])
+            row.host_cache_reports = None if caches is None else caches.get(row.key, [])
 
 
 class ModelDeploymentForm(forms.ModelForm[ModelDeployment]):
@@ -99,6 +110,7 @@ class ModelDeploymentAdmin(admin.ModelAdmin[ModelDeployment]):
         "traffic_weight",
         "is_default",
         "live_workers",
+        "host_caches",
         "active_runs",
         "runs_last_hour",
         "ready_at",
@@ -112,7 +124,7 @@ class ModelDeploymentAdmin(admin.ModelAdmin[ModelDeployment]):
     fieldsets = [
         (None, {"fields": ["name", "version", "status", "status_reason", "traffic_weight", "is_default"]}),
         ("Weights", {"fields": ["source_kind", "source_path", "local_path", "checksum", "engine_args"]}),
-        ("Serving", {"fields": ["live_workers"]}),
+        ("Serving", {"fields": ["live_workers", "host_caches"]}),
         ("Cost", {"fields": ["cost_per_million_input_tokens", "cost_per_million_output_tokens"]}),
         ("Times", {"fields": ["created_at", "updated_at", "ready_at", "drained_at", "retired_at"]}),
     ]
@@ -122,6 +134,7 @@ class ModelDeploymentAdmin(admin.ModelAdmin[ModelDeployment]):
         "local_path",
         "checksum",
         "live_workers",
+        "host_caches",
         "created_at",
         "updated_at",
         "ready_at",
@@ -171,6 +184,20 @@ class ModelDeploymentAdmin(admin.ModelAdmin[ModelDeployment]):
             return "0"
         names = ", ".join(f"{beat.worker} ({beat.state})" for beat in sorted(beats, key=lambda b: b.worker))
         return f"{len(beats)}: {names}"
+
+    @admin.display(description="worker caches")
+    def host_caches(self, obj: ModelDeployment) -> str:
+        """Each worker's report on its own copy (MODEL_CACHE_MODE=per_host): filling with its progress, ready, or
+        failed with the reason (a worker that failed refuses to serve)."""
+        reports: list[HostCacheStatus] | None
+        if hasattr(obj, "host_cache_reports"):
+            reports = obj.host_cache_reports
+        else:
+            caches = host_caches_by_deployment([obj.key])
+            reports = None if caches is None else caches.get(obj.key, [])
+        if reports is None:
+            return REDIS_DOWN
+        return "; ".join(report.summary() for report in reports) or "-"
 
     @admin.display(description="active runs", ordering="active_run_count")
     def active_runs(self, obj: ModelDeployment) -> int:

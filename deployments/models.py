@@ -44,6 +44,9 @@ class SourceKind(models.TextChoices):
     """A local Hugging Face model folder (config, tokenizer, safetensors), copied into the model cache."""
     PATH = "path"
     """A folder the operator gives that is served in place (not copied): a shared volume, say."""
+    S3 = "s3"
+    """A folder in a model store over the S3 API (``s3://bucket/prefix/``): downloaded into the model cache at
+    registration, and by each worker host into its own cache when ``MODEL_CACHE_MODE=per_host``."""
 
 
 class DeploymentKind(models.TextChoices):
@@ -66,7 +69,10 @@ class ModelDeployment(models.Model):
     )
     source_kind = models.CharField(max_length=16, choices=SourceKind.choices, default=SourceKind.PACKAGED)
     source_path = models.CharField(
-        max_length=1000, blank=True, default="", help_text="The folder the weights come from (not for packaged)."
+        max_length=1000,
+        blank=True,
+        default="",
+        help_text="The folder the weights come from (not for packaged): a local path, or s3://bucket/prefix/.",
     )
     local_path = models.CharField(
         max_length=1000, blank=True, default="", help_text="The materialized copy the workers load (never a hub)."

@@ -35,6 +35,14 @@ from deployments.model_files import (
     prepare_embedding_model,
     write_staged,
 )
+from deployments.model_store import (
+    S3_SCHEME,
+    ModelStoreError,
+    download_folder,
+    list_folder,
+    parse_store_url,
+    store_client,
+)
 from deployments.models import (
     DeploymentKind,
     DeploymentStatus,
@@ -101,13 +109,21 @@ def _validate_name(field: str, value: str) -> None:
 
 
 def validate_source(source_kind: str, source_path: str) -> str:
-    """The source folder as stored (absolute; empty for packaged); refused when it is not an existing folder."""
+    """The source folder as stored (absolute; empty for packaged; ``s3://bucket/prefix/`` for s3); refused when it
+    is not an existing folder (for s3: not a well-formed URL; the store itself is read at materialization)."""
     if source_kind == SourceKind.PACKAGED:
         if source_path:
             raise RegistrationError("A packaged deployment takes no source path: leave it empty, or use hf_folder.")
         return ""
+    if source_kind == SourceKind.S3:
+        try:
+            return parse_store_url(source_path).url
+        except ModelStoreError as exc:
+            raise RegistrationError(f"source_path {exc.message}") from exc
     if not source_path:
         raise RegistrationError(f"A {source_kind} deployment needs source_path: the folder that holds config.json.")
+    if source_path.startswith(S3_SCHEME):
+        raise RegistrationError(f"source_path {source_path[:200]!r} is in a model store: use source_kind s3.")
     folder = Path(source_path).expanduser().resolve()
     if not folder.is_dir():
         raise RegistrationError(
@@ -311,8 +327,27 @@ def _materialize_files(row: ModelDeployment) -> tuple[Path, str]:
         except BaseException:
             shutil.rmtree(target, ignore_errors=True)
             raise
+    if row.source_kind == SourceKind.S3:
+        return target, _download_verified(row.source_path, target, kind=row.kind)
     source = engine.default_model_dir if row.source_kind == SourceKind.PACKAGED else Path(row.source_path)
     return target, _copy_verified(source, target, kind=row.kind)
+
+
+def _download_verified(url: str, target: Path, *, kind: str) -> str:
+    """Downloads the store's folder at ``url`` into a staging sibling of ``target``, verifies it there, records its
+    checksum in the marker (so a per-host cache on this host counts it as filled), then renames it into place."""
+    location = parse_store_url(url)
+    client = store_client()
+    objects = list_folder(client, location)
+    logger.info("downloading %s files (%.1f MB) from %s", len(objects), sum(o.size for o in objects) / 2**20, url)
+
+    def download_and_verify(staging: Path) -> str:
+        download_folder(client, location, objects, staging, progress=lambda files, done: None)
+        checksum = verify_model_folder(staging, kind=kind)
+        (staging / READY_MARKER).write_text(f"source={location.url}\nsha256={checksum}\n", encoding="utf-8")
+        return checksum
+
+    return write_staged(target, download_and_verify)
 
 
 def _copy_verified(source: Path, target: Path, *, kind: str) -> str:

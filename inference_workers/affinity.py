@@ -29,7 +29,7 @@ def consume_own_queue(sender: str, instance: Any, **kwargs: Any) -> None:
     tiers = [name for name in settings.CELERY_TASK_QUEUES_ORDER if name in consumed]
     if not tiers:
         return
-    served = worker_deployment()
+    served = worker_deployment(sender)
     names = [deployment_queue(tier, served.key) for tier in tiers]
     if served.is_default:
         names += tiers

@@ -1,9 +1,11 @@
 """The one deployment this worker process serves (``WORKER_DEPLOYMENT``, else the default deployment).
 
-At boot the worker reads it from Postgres, builds its engine from the materialized copy (``local_path``: never a
-download) with the deployment's engine arguments, and consumes only that deployment's tier queues
-(``pro.name@version``...). While it runs it re-reads the deployment's status every ``DEPLOYMENT_STATUS_CHECK_S``:
-a ``draining`` (or ``retired``) deployment makes it report ``draining``, then ``drained`` once it has no runs.
+At boot the worker reads it from Postgres, builds its engine from the materialized copy (``local_path``; with
+``MODEL_CACHE_MODE=per_host``, this host's own copy, filled from the model store and checksum-verified first when it
+is missing: ``deployments.host_cache``) with the deployment's engine arguments, and consumes only that
+deployment's tier queues (``pro.name@version``...). While it runs it re-reads the deployment's status every
+``DEPLOYMENT_STATUS_CHECK_S``: a ``draining`` (or ``retired``) deployment makes it report ``draining``, then
+``drained`` once it has no runs.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from django.conf import settings
 
 from core.config import EngineConfig
 from deployments.defaults import DEFAULT_VERSION
+from deployments.host_cache import PER_HOST, HostCacheError, Reporter, host_copy
 from deployments.models import DeploymentStatus, ModelDeployment, deployment_key
 from generation.worker_contract import WorkerState
 from runs.models import ACTIVE_STATUSES, Run
@@ -30,6 +33,10 @@ SERVABLE = (DeploymentStatus.READY, DeploymentStatus.DRAINING)
 
 class DeploymentNotServable(RuntimeError):
     """The worker cannot serve what it was told to: it refuses to start, saying why."""
+
+
+class HostCopyUnavailable(DeploymentNotServable):
+    """This host has no verified copy of the deployment's weights (per-host cache): reported ``failed`` already."""
 
 
 @dataclass(frozen=True)
@@ -45,18 +52,35 @@ class WorkerDeployment:
         return deployment_key(self.name, self.version)
 
 
-def _from_row(row: ModelDeployment) -> WorkerDeployment:
+def _from_row(row: ModelDeployment, *, worker: str) -> WorkerDeployment:
+    local_path = row.local_path or settings.ENGINE.model_path
+    if settings.MODEL_STORE.cache_mode == PER_HOST:
+        try:
+            local_path = str(
+                host_copy(
+                    name=row.name,
+                    version=row.version,
+                    source_kind=row.source_kind,
+                    source_path=row.source_path,
+                    local_path=local_path,
+                    checksum=row.checksum,
+                    worker=worker,
+                )
+            )
+        except HostCacheError as exc:
+            raise HostCopyUnavailable(exc.message) from exc
     return WorkerDeployment(
         name=row.name,
         version=row.version,
-        local_path=row.local_path or settings.ENGINE.model_path,
+        local_path=local_path,
         engine_args=dict(row.engine_args or {}),
         is_default=row.is_default,
     )
 
 
-def find_worker_deployment(wanted: str) -> WorkerDeployment:
-    """The deployment ``wanted`` (``name@version``; empty: the default one) as this worker will serve it.
+def find_worker_deployment(wanted: str, *, worker: str = "") -> WorkerDeployment:
+    """The deployment ``wanted`` (``name@version``; empty: the default one) as this worker will serve it; with a
+    per-host cache, its copy on this host is filled and verified first (progress reported as ``worker``).
 
     Without a default row (a database flushed by a test between two modules) the default model of the settings
     is served as ``v1``, which is what the migration makes of it."""
@@ -77,15 +101,28 @@ def find_worker_deployment(wanted: str) -> WorkerDeployment:
             f"deployment {row.key} is {row.status}{': ' + row.status_reason if row.status_reason else ''}; "
             "a worker serves only a ready one (manage.py deployment_register, or prepare_model for the default)"
         )
-    return _from_row(row)
+    return _from_row(row, worker=worker)
 
 
 @lru_cache(maxsize=1)
-def worker_deployment() -> WorkerDeployment:
-    """This process's deployment (read once: both worker signals and the runtime ask for it)."""
-    served = find_worker_deployment(settings.DEPLOYMENTS.worker_deployment)
+def worker_deployment(worker: str = "") -> WorkerDeployment:
+    """This process's deployment (read once: both worker signals and the runtime ask for it; ``worker``: this
+    worker's name, which its cache reports carry)."""
+    served = find_worker_deployment(settings.DEPLOYMENTS.worker_deployment, worker=worker)
     logger.info("this worker serves deployment %s from %s", served.key, served.local_path)
     return served
+
+
+def report_refusal(*, worker: str, exc: DeploymentNotServable) -> None:
+    """Reports the worker ``failed`` for its deployment with the reason (the admin shows it beside the deployment);
+    a host-copy failure was reported by the fill itself."""
+    if isinstance(exc, HostCopyUnavailable):
+        return
+    wanted = settings.DEPLOYMENTS.worker_deployment
+    if not wanted:
+        row = ModelDeployment.objects.filter(is_default=True).first()
+        wanted = row.key if row is not None else deployment_key(settings.ENGINE.served_model_name, DEFAULT_VERSION)
+    Reporter(key=wanted, worker=worker).failed(str(exc))
 
 
 def deployment_engine_config(base: EngineConfig, served: WorkerDeployment) -> EngineConfig:

@@ -12,11 +12,20 @@ from core.db_executor import reconnect_after_db_error
 from core.redis_client import get_redis
 from deployments.tokenizer import get_tokenizer, serve_model_in_process
 from generation.worker_contract import WorkerState
-from inference_workers.deployment import deployment_engine_config, deployment_state, worker_deployment
+from inference_workers.deployment import (
+    DeploymentNotServable,
+    deployment_engine_config,
+    deployment_state,
+    report_refusal,
+    worker_deployment,
+)
 from inference_workers.guard_server import start_guard_server, stop_guard_server
 from inference_workers.runtime import start_runtime, stop_runtime
 
 logger = logging.getLogger(__name__)
+
+WORKER_REFUSED_EXIT_CODE = 3
+"""The exit status of a worker that refuses to serve its deployment (not ready, no verified copy on this host)."""
 
 
 def _consumes_tier_queues(worker: Any) -> bool:
@@ -29,7 +38,14 @@ def start_engine(sender: Any = None, **kwargs: Any) -> None:
     """Runs in the worker's main process before the consumer starts, so no task waits for the engine."""
     if sender is None or not _consumes_tier_queues(sender):
         return
-    served = worker_deployment()
+    try:
+        served = worker_deployment(sender.hostname)
+    except DeploymentNotServable as exc:
+        # Celery logs and swallows an exception raised here, then consumes with no engine: exit instead, before
+        # any queue is consumed (a supervisor restarting it retries the fill, and the admin shows why it failed).
+        logger.critical("worker %s refuses to serve: %s", sender.hostname, exc)
+        report_refusal(worker=sender.hostname, exc=exc)
+        raise SystemExit(WORKER_REFUSED_EXIT_CODE) from exc
     logger.info("worker %s: building the %s engine for %s", sender.hostname, settings.ENGINE.backend, served.key)
     serve_model_in_process(served.local_path)  # prompts are rendered with the deployment's own tokenizer
     runtime = start_runtime(

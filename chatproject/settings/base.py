@@ -17,6 +17,7 @@ from core.config import (
     engine_config_from_env,
     env,
     memory_config_from_env,
+    model_store_config_from_env,
     moderation_config_from_env,
     outage_config_from_env,
     redis_connection_config_from_env,
@@ -182,6 +183,9 @@ SPECTACULAR_SETTINGS = {
 
 ENGINE = engine_config_from_env()
 DEPLOYMENTS = deployment_config_from_env()
+MODEL_STORE = model_store_config_from_env()
+if MODEL_STORE.cache_mode not in ("shared", "per_host"):  # a typo must not silently mean "shared"
+    raise ImproperlyConfigured(f"MODEL_CACHE_MODE must be 'shared' or 'per_host', not {MODEL_STORE.cache_mode!r}.")
 STREAMS = stream_config_from_env()
 CHAT_LIMITS = chat_limits_from_env()
 WORKERS = worker_config_from_env()

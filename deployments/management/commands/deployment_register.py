@@ -1,7 +1,9 @@
 """``python manage.py deployment_register NAME VERSION``: register a model version, materialize and verify it.
 
 ``--source packaged`` (the default) copies the packaged SmolLM2 folder; ``--source PATH`` copies a Hugging Face
-model folder into the model cache; with ``--serve-in-place`` the folder is served where it is (a shared volume).
+model folder into the model cache; with ``--serve-in-place`` the folder is served where it is (a shared volume);
+``--source s3://bucket/prefix/`` downloads the folder from the model store (``MODEL_STORE_*``; publish one with
+``manage.py model_store_push``).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from deployments.model_store import S3_SCHEME
 from deployments.models import SourceKind
 from deployments.registration import RegistrationError, register_deployment
 
@@ -24,7 +27,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--source",
             default=SourceKind.PACKAGED.value,
-            help="'packaged' (the default: SmolLM2-135M-Instruct) or the path of a Hugging Face model folder.",
+            help="'packaged' (the default: SmolLM2-135M-Instruct), the path of a Hugging Face model folder, or "
+            "s3://bucket/prefix/: that folder in the model store (MODEL_STORE_ENDPOINT_URL...).",
         )
         parser.add_argument(
             "--serve-in-place", action="store_true", help="Serve --source PATH where it is instead of copying it."
@@ -84,6 +88,10 @@ def source_of(source: str, *, serve_in_place: bool) -> tuple[str, str]:
         if serve_in_place:
             raise CommandError("--serve-in-place needs --source PATH (the packaged model is always copied).")
         return SourceKind.PACKAGED, ""
+    if source.startswith(S3_SCHEME):
+        if serve_in_place:
+            raise CommandError("--serve-in-place needs a local folder: a model store's folder is always downloaded.")
+        return SourceKind.S3, source
     return (SourceKind.PATH if serve_in_place else SourceKind.HF_FOLDER), source
 
 
