@@ -203,6 +203,7 @@ def test_heartbeat_reports_engine_stats(sim_runtime: WorkerRuntime) -> None:
 class _ListWriter:
     def __init__(self) -> None:
         self.events: list[dict[str, Any]] = []
+        self.gap: tuple[int, int] | None = None  # a list loses no entries
 
     def append(self, event: StreamEvent, data: dict[str, Any]) -> int:
         self.events.append(data)

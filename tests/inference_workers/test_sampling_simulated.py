@@ -128,6 +128,7 @@ def test_no_logprobs_unless_asked() -> None:
 class _ListWriter:
     def __init__(self) -> None:
         self.events: list[dict[str, Any]] = []
+        self.gap: tuple[int, int] | None = None  # a list loses no entries
 
     def append(self, event: StreamEvent, data: dict[str, Any]) -> int:
         self.events.append(data)
