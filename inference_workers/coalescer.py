@@ -145,6 +145,18 @@ class DeltaCoalescer:
             due = max(due, self._next_try)
         return max(0.001, due - time.monotonic())
 
+    def hold_s(self) -> float:
+        """How long the generation loop may leave a new delta waiting before it takes it (with whatever else
+        arrives meanwhile): until the next flush is due, since nothing taken earlier would go out earlier. 0 before
+        the first flush (the first text goes at once) and while the output guard holds text back (it flushes on a
+        token count)."""
+        if self.flushes == 0 or self._holding_back() or (self.guard is not None and self.guard.holds_back):
+            return 0.0
+        due = self.last_flush + self.interval_s()
+        if self._down_since is not None:
+            due = max(due, self._next_try)
+        return max(0.0, due - time.monotonic())
+
     def flush_if_due(self) -> None:
         if self.parts and not self._holding_back() and time.monotonic() - self.last_flush >= self.interval_s():
             self.flush()

@@ -291,7 +291,7 @@ class GenerationAttempt:
     ) -> _Ended | None:
         """The engine's deltas into ``coalescer``, then drained to the stream; raises :class:`StreamLost`."""
         try:
-            for delta in self.runtime.host.stream(request, poll_s=coalescer.wait_s):
+            for delta in self.runtime.host.stream(request, poll_s=coalescer.wait_s, hold_s=coalescer.hold_s):
                 if active.handoff_requested.is_set() and (delta is None or delta.finish_reason is None):
                     # The worker drains past its deadline: what is in the coalescer goes to the stream (below) and
                     # another worker goes on from there; this delta and what the engine still had are dropped (the

@@ -8,9 +8,11 @@ feeds the same engine and concurrent runs share its continuous batches.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import Future
 from typing import Any, TypeVar
@@ -62,10 +64,20 @@ class EngineHost:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def stream(
-        self, request: GenerationRequest, *, poll_s: Callable[[], float] | None = None
+        self,
+        request: GenerationRequest,
+        *,
+        poll_s: Callable[[], float] | None = None,
+        hold_s: Callable[[], float] | None = None,
     ) -> Iterator[GenerationDelta | None]:
         """Deltas of one request for a synchronous caller; yields ``None`` whenever the wait ``poll_s()`` (asked
         before each wait, so a caller with nothing buffered can sleep longer) passes idle; None: never.
+
+        ``hold_s()``, asked when a delta arrives after a wait, is how long the caller is content to leave the next
+        ones waiting (its coalescer's time to the next flush; 0: hand it over now, a first token say): the thread
+        sleeps that long and then takes every delta that arrived meanwhile at once. A task thread then wakes once
+        per flush, not once per token: at GPU speeds, a wake-up per token per run (a futex, the GIL) was the
+        largest part of a worker's CPU per token (``bench/serving_ceiling.py``).
 
         Raises :class:`EngineError` if the request fails, :class:`EngineDead` (an ``EngineError`` too) if the engine is
         dead (or dies meanwhile). Abandoning the iterator aborts the request.
@@ -92,13 +104,25 @@ class EngineHost:
                 out.put(_END)
 
         future = self.submit(pump())
+        taken: collections.deque[Any] = collections.deque()
         try:
             while True:
-                try:
-                    item = out.get(timeout=poll_s() if poll_s is not None else None)
-                except queue.Empty:
-                    yield None
-                    continue
+                if not taken:
+                    try:
+                        taken.append(out.get(timeout=poll_s() if poll_s is not None else None))
+                    except queue.Empty:
+                        yield None
+                        continue
+                    hold = hold_s() if hold_s is not None else 0.0
+                    first = taken[0]
+                    if hold > 0 and isinstance(first, GenerationDelta) and not first.finished:  # else nothing follows
+                        time.sleep(hold)
+                    while True:  # what arrived meanwhile, in one go
+                        try:
+                            taken.append(out.get_nowait())
+                        except queue.Empty:
+                            break
+                item = taken.popleft()
                 if item is _END:
                     return
                 if isinstance(item, EngineError):

@@ -237,3 +237,19 @@ def test_the_generation_loop_sleeps_until_a_flush_is_due_and_not_in_a_spin_while
     assert 0.25 < coalescer.wait_s() <= 0.3
     coalescer.drain()
     assert _text(12) == "a b" and coalescer.wait_s() == IDLE_WAIT_S
+
+
+def test_the_generation_loop_may_hold_new_deltas_until_the_next_flush_and_no_longer(clean_redis: redis.Redis) -> None:
+    flaky = FlakyRedis(clean_redis)
+    writer = RunStreamWriter(13, client=flaky)  # type: ignore[arg-type]
+    coalescer = DeltaCoalescer(writer, interval_s=lambda: 0.2, max_tokens=16, retry_s=0.3)
+    assert coalescer.hold_s() == 0.0  # the first token is taken (and written) at once
+    coalescer.add("a", 1)
+    assert 0.1 < coalescer.hold_s() <= 0.2  # written just now: the next flush is an interval away
+    coalescer.add(" b", 1)
+    flaky.down = 1
+    coalescer.last_flush -= 0.2  # due now: the flush fails, the next try is retry_s away
+    coalescer.flush()
+    assert 0.25 < coalescer.hold_s() <= 0.3
+    coalescer.drain()
+    assert _text(13) == "a b"
