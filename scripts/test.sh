@@ -23,4 +23,9 @@ bash scripts/browser.sh
 bash scripts/clients-venv.sh
 # The balancer test puts two web processes behind HAProxy (Debian's package); installs it once when missing.
 bash scripts/balancer.sh
+# The TLS tests (Redis, Postgres) make a throwaway CA with openssl's command line; installed once when missing.
+if ! command -v openssl >/dev/null 2>&1; then
+  as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+  as_root apt-get update -qq && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
+fi
 exec .venv/bin/pytest --create-db "$@"
