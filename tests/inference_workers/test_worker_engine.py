@@ -264,7 +264,7 @@ def test_killed_workers_run_does_not_stay_streaming(
         ENGINE_BACKEND="simulated",
         SIM_STEP_BASE_S="0.05",
         SIM_OUTPUT_TOKENS="5000",
-        WORKER_HEARTBEAT_TTL_S="2",
+        WORKER_HEARTBEAT_TTL_S="4",  # beats every second: three may be late before the lease lapses
         WORKER_NAME="doomed@h2",
     )
     proc = subprocess.Popen(
