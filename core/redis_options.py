@@ -36,25 +36,38 @@ def sentinel_options(
     return options
 
 
+SENTINEL_TRANSPORT = "core.celery_sentinel:SentinelTransport"
+"""Celery's broker transport under Sentinel (``CELERY_BROKER_TRANSPORT``): kombu's, given the Sentinels as an
+option rather than as failover alternates (see ``core.celery_sentinel`` for the worker crash that avoids)."""
+
+
 def broker_url(url: str, config: RedisConnectionConfig) -> str:
-    """Celery's broker URL: ``url`` itself, or under Sentinel one ``sentinel://`` URL per Sentinel (joined by
-    ``;``, kombu's form) that keeps ``url``'s user, password and database."""
+    """Celery's broker URL: ``url`` itself, or under Sentinel a ``sentinel://`` URL of the first Sentinel that keeps
+    ``url``'s user, password and database (every Sentinel is in :func:`broker_transport_options`)."""
     if not config.uses_sentinel or url.startswith("sentinel://"):
         return url  # (already derived: a child process given its parent's settings)
     parts = urlsplit(url)
     userinfo = parts.netloc.rpartition("@")[0]
     auth = f"{userinfo}@" if userinfo else ""
-    return ";".join(f"sentinel://{auth}{host}:{port}{parts.path}" for host, port in config.sentinels)
+    host, port = config.sentinels[0]
+    return f"sentinel://{auth}{host}:{port}{parts.path}"
+
+
+def broker_transport(config: RedisConnectionConfig) -> str | None:
+    """Celery's ``broker_transport``: :data:`SENTINEL_TRANSPORT` under Sentinel, else None (the URL's scheme)."""
+    return SENTINEL_TRANSPORT if config.uses_sentinel else None
 
 
 def broker_transport_options(
     config: RedisConnectionConfig, *, socket_timeout: float, socket_connect_timeout: float
 ) -> dict[str, Any]:
-    """What kombu's Sentinel transport needs beyond the URL (nothing without Sentinel)."""
+    """What the Sentinel transport needs beyond the URL: every Sentinel, the primary's name, how to log in to the
+    Sentinels (nothing without Sentinel)."""
     if not config.uses_sentinel:
         return {}
     return {
         "master_name": config.sentinel_master,
+        "sentinels": [(host, port) for host, port in config.sentinels],
         "sentinel_kwargs": sentinel_options(
             config, socket_timeout=socket_timeout, socket_connect_timeout=socket_connect_timeout
         ),

@@ -27,7 +27,13 @@ from pytest_django.fixtures import Settings
 
 from core.config import RedisConnectionConfig, redis_connection_config_from_env
 from core.redis_client import get_redis, make_async_redis
-from core.redis_options import broker_transport_options, broker_url, broker_use_ssl
+from core.redis_options import (
+    SENTINEL_TRANSPORT,
+    broker_transport,
+    broker_transport_options,
+    broker_url,
+    broker_use_ssl,
+)
 from inference_workers.coalescer import DeltaCoalescer
 from runs.streaming.contract import RunStreamWriter, StreamEvent, read_after
 from runs.streaming.relay import StreamRelay
@@ -79,9 +85,12 @@ def test_every_client_of_ours_and_celerys_broker_follow_a_failover(ha: SentinelS
     broker.conf.update(
         broker_read_url=url,
         broker_write_url=url,
+        broker_transport=broker_transport(config),
         broker_transport_options=broker_transport_options(config, socket_timeout=5, socket_connect_timeout=5),
     )
-    assert broker.conf.broker_write_url.count("sentinel://") == 3
+    # One URL (no failover alternates, see core.celery_sentinel); every Sentinel is a transport option.
+    assert broker.conf.broker_write_url.count("sentinel://") == 1
+    assert len(broker.conf.broker_transport_options["sentinels"]) == 3
     retry = {"max_retries": 60, "interval_start": 0.2, "interval_step": 0.2, "interval_max": 1.0}
 
     client = get_redis()
@@ -153,6 +162,7 @@ def test_a_process_configured_by_its_environment_alone_uses_the_sentinels(ha: Se
         "get_redis().set('ha:env', 'yes')\n"
         "app.send_task('ha.probe', queue='ha-env-queue')\n"
         "print(json.dumps({'broker': app.conf.broker_write_url, 'read': app.conf.broker_read_url, "
+        "'transport': app.conf.broker_transport, "
         "'master': settings.CELERY_BROKER_TRANSPORT_OPTIONS['master_name']}))\n"
     )
     done = subprocess.run(
@@ -162,7 +172,8 @@ def test_a_process_configured_by_its_environment_alone_uses_the_sentinels(ha: Se
     out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["master"] == MASTER
     assert out["read"] == out["broker"]
-    assert out["broker"] == ";".join(f"sentinel://:{PASSWORD}@127.0.0.1:{s.port}/{DB + 1}" for s in ha.sentinels)
+    assert out["broker"] == f"sentinel://:{PASSWORD}@127.0.0.1:{ha.sentinels[0].port}/{DB + 1}"
+    assert out["transport"] == SENTINEL_TRANSPORT
     promoted = ha.replica.client()
     assert promoted.execute_command("SELECT", DB) and promoted.get("ha:env") == "yes"
     prefix = settings.CELERY_BROKER_TRANSPORT_OPTIONS.get("global_keyprefix", "")
@@ -239,6 +250,7 @@ def test_sentinel_and_tls_together_follow_a_failover(tmp_path: Path, settings: S
             broker_read_url=broker_url(url, config),
             broker_write_url=broker_url(url, config),
             broker_use_ssl=broker_use_ssl(url, config),
+            broker_transport=broker_transport(config),
             broker_transport_options=broker_transport_options(config, socket_timeout=5, socket_connect_timeout=5),
         )
         retry = {"max_retries": 60, "interval_start": 0.2, "interval_step": 0.2, "interval_max": 1.0}
@@ -264,3 +276,75 @@ def test_sentinel_and_tls_together_follow_a_failover(tmp_path: Path, settings: S
     finally:
         get_redis.cache_clear()
         servers.close()
+
+
+_PROBE_APP = """
+import json, os, time
+from celery import Celery
+
+app = Celery("ha-probe")
+app.conf.update(json.loads(os.environ["PROBE_CELERY_CONF"]))
+
+
+@app.task(name="ha.sleep")
+def sleep(seconds, tag):
+    time.sleep(seconds)
+    print(f"DONE {tag}", flush=True)
+"""
+
+
+def test_a_worker_holding_an_unacknowledged_task_follows_a_failover(ha: SentinelSetup, tmp_path: Path) -> None:
+    """A Celery worker set up as ours (late acks, prefetch 1, task events, thread pool, the settings' broker URL,
+    transport and options) holds an unacknowledged task while the primary is killed: it reconnects to the promoted
+    replica and goes on consuming. With kombu's failover alternates it died here with ``Unrecoverable error:
+    AttributeError("'NoneType' object has no attribute 'hostname'")`` (core.celery_sentinel)."""
+    config: RedisConnectionConfig = settings.REDIS_CONNECTION
+    url = broker_url(f"redis://:{PASSWORD}@127.0.0.1:1/{DB + 2}", config)
+    conf = {
+        "broker_read_url": url,  # as the settings module: over the environment's CELERY_BROKER_URL
+        "broker_write_url": url,
+        "broker_transport": broker_transport(config),
+        "broker_transport_options": broker_transport_options(config, socket_timeout=5, socket_connect_timeout=5),
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        "worker_send_task_events": True,
+        "task_ignore_result": True,
+        "broker_connection_retry_on_startup": True,
+        "worker_hijack_root_logger": False,
+    }
+    (tmp_path / "probe_app.py").write_text(_PROBE_APP)
+    env = {**os.environ, "PROBE_CELERY_CONF": json.dumps(conf), "PYTHONPATH": f"{tmp_path}:{ROOT}"}
+    log_path = tmp_path / "worker.log"
+    celery_bin = str(Path(sys.executable).with_name("celery"))
+    with log_path.open("w") as log:
+        worker = subprocess.Popen(
+            [celery_bin, "-A", "probe_app", "worker", "-P", "threads", "-c", "2", "-E", "-Q", "ha-probe", "-l", "info"],
+            cwd=tmp_path,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    sender = Celery("ha-probe-sender")
+    sender.conf.update(conf)
+    retry = {"max_retries": 60, "interval_start": 0.2, "interval_step": 0.2, "interval_max": 1.0}
+    try:
+        wait_until(lambda: "ready." in log_path.read_text(), what="the worker to start")
+        sender.send_task("ha.sleep", args=[6, "spanning"], queue="ha-probe")
+        wait_until(lambda: "ha.sleep[" in log_path.read_text(), what="the worker to take the task")
+        _replicated(ha)  # the task is in the replica's unacknowledged set too
+        _fail_over(ha)
+        sender.send_task("ha.sleep", args=[0, "after"], queue="ha-probe", retry=True, retry_policy=retry)
+        wait_until(lambda: "DONE after" in log_path.read_text() or worker.poll() is not None, what="the new task")
+        text = log_path.read_text()
+        assert worker.poll() is None, text[-4000:]
+        assert "Unrecoverable error" not in text, text[-4000:]
+        assert "DONE after" in text
+        wait_until(lambda: "DONE spanning" in log_path.read_text(), what="the task that spanned the failover")
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(20)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait(10)
