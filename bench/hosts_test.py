@@ -72,7 +72,6 @@ from bench.lib.stream_clients import (  # noqa: E402
     FaultResult,
     Follow,
     account,
-    api_call,
     counts_of,
     join_all,
     notes,
@@ -89,6 +88,8 @@ MODEL_DIR = ROOT / "var" / "models" / "SmolLM2-135M-Instruct"
 MODEL_NAME = "SmolLM2-135M-Instruct"
 MODEL_VERSION = "hosts"
 STORE_URL = "s3://models/smollm2/hosts/"
+STORE_CREDENTIALS = {"MODEL_STORE_ACCESS_KEY_ID": "testing", "MODEL_STORE_SECRET_ACCESS_KEY": "testing"}
+"""moto accepts any credentials; these are moto's own test values."""
 FAULTS = ("web_kill", "worker_host_down", "redis_primary_kill", "dispatcher_host_down")
 HOSTS = {"data": 10, "web": 20, "w1": 31, "w2": 32, "ctl1": 41, "ctl2": 42}
 SENTINEL_HOSTS = ("data", "web", "ctl2")
@@ -241,6 +242,8 @@ class DataHost:
                 master = probe.sentinel_master(MASTER)
             except redis.RedisError:
                 return False
+            if not isinstance(master, dict):
+                return False
             return int(master.get("num-other-sentinels", 0)) >= 2 and int(master.get("num-slaves", 0)) >= 1
 
         if not wait_for(ready, deadline=time.monotonic() + 30, step=0.2):
@@ -279,7 +282,9 @@ class DataHost:
             "    on-marked-down shutdown-sessions\n"
             f"{servers}\n"
         )
-        self.supervisor.spawn("redis-route", [*self.topo.exec("data"), "haproxy", "-db", "-f", str(config)], dict(os.environ))
+        self.supervisor.spawn(
+            "redis-route", [*self.topo.exec("data"), "haproxy", "-db", "-f", str(config)], dict(os.environ)
+        )
         if not wait_for(lambda: _pings(self.ip, ROUTE_PORT), deadline=time.monotonic() + 20, step=0.2):
             raise RuntimeError("the Redis route did not answer")
 
@@ -326,7 +331,8 @@ defaults
     timeout connect 2s
     timeout client 120s
     timeout server 120s
-    retries 2
+    timeout check 2s
+    retries 3
     option redispatch
 frontend web
     bind {bind}
@@ -359,19 +365,33 @@ class Stack:
         self.supervisor.spawn(name, argv, self.env)
 
     def web_up(self, name: str) -> bool:
-        """Whether the web process answers /healthz (asked from inside the web host)."""
+        """Whether the web process answers /readyz with 200 (asked from inside the web host): its tokenizer loaded,
+        so no prompt it takes answers 503 ``model_not_ready`` (the balancer checks /healthz, and sends a started
+        process traffic before that)."""
         done = subprocess.run(
             [*self.topo.exec("web"), PYTHON, "-c", _HEALTH.format(port=WEB_PORTS[name])], capture_output=True
         )
         return done.returncode == 0
 
+    def warm(self, name: str, token: str) -> None:
+        """One prompt posted straight to the web process (inside the web host) until it is accepted: the default
+        deployment's tokenizer loaded. A web process loads only the packaged model's tokenizer at start, and /readyz
+        reports only that one; the first prompts for a deployment registered from the store meet its load and
+        answer 503 ``model_not_ready`` (docs/hosts-test.md, "What it found")."""
+        code = _WARM.format(port=WEB_PORTS[name], token=token)
+        done = subprocess.run([*self.topo.exec("web"), PYTHON, "-c", code], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"{name}: a warm-up prompt was not accepted in 60 s: {done.stderr[-300:]}")
+
     def start_balancer(self) -> None:
         servers = "\n".join(
-            f"    server {name} 127.0.0.1:{port} check inter 200ms fall 1 rise 2" for name, port in WEB_PORTS.items()
+            f"    server {name} 127.0.0.1:{port} check inter 300ms fall 3 rise 2" for name, port in WEB_PORTS.items()
         )
         config = self.root / "haproxy-web.cfg"
         config.write_text(HAPROXY_WEB.format(bind=f"{self.topo.addr('web')}:{BALANCER_PORT}", servers=servers))
-        self.supervisor.spawn("balancer", [*self.topo.exec("web"), "haproxy", "-db", "-f", str(config)], dict(os.environ))
+        self.supervisor.spawn(
+            "balancer", [*self.topo.exec("web"), "haproxy", "-db", "-f", str(config)], dict(os.environ)
+        )
 
     def start_worker(self, host: str, store_url: str) -> None:
         name = f"{host}@{self.topo.prefix}"
@@ -382,8 +402,7 @@ class Stack:
             MODEL_CACHE_MODE="per_host",
             MODEL_CACHE_DIR=str(self.root / f"{host}-cache"),
             MODEL_STORE_ENDPOINT_URL=store_url,
-            MODEL_STORE_ACCESS_KEY_ID="testing",
-            MODEL_STORE_SECRET_ACCESS_KEY="testing",
+            **STORE_CREDENTIALS,
             MODEL_STORE_REGION="us-east-1",
             MODEL_STORE_TRANSFER_CHUNK_MB="1024",
         )
@@ -392,7 +411,9 @@ class Stack:
         self.workers[host] = name
 
     def start_dispatcher(self, host: str) -> None:
-        self.supervisor.spawn(host, [*self.topo.exec(host), PYTHON, str(ROOT / "manage.py"), "run_dispatcher"], self.env)
+        self.supervisor.spawn(
+            host, [*self.topo.exec(host), PYTHON, str(ROOT / "manage.py"), "run_dispatcher"], self.env
+        )
 
     def wait_workers(self, *, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -416,10 +437,30 @@ class Stack:
         raise RuntimeError(f"no dispatcher holds the leader lock ({token!r})")
 
 
+_WARM = (
+    "import json, sys, time, urllib.request\n"
+    "def call(path, body):\n"
+    "    request = urllib.request.Request('http://127.0.0.1:{port}' + path, data=json.dumps(body).encode(),\n"
+    "        headers={{'Authorization': 'Token {token}', 'Content-Type': 'application/json'}}, method='POST')\n"
+    "    try:\n"
+    "        with urllib.request.urlopen(request, timeout=10) as answer:\n"
+    "            return answer.status, json.load(answer)\n"
+    "    except urllib.error.HTTPError as exc:\n"
+    "        return exc.code, {{}}\n"
+    "status, chat = call('/api/chats', {{}})\n"
+    "deadline = time.monotonic() + 60\n"
+    "while time.monotonic() < deadline:\n"
+    "    status, _ = call(f\"/api/chats/{{chat['id']}}/messages\", {{'content': 'warm-up'}})\n"
+    "    if status in (201, 202):\n"
+    "        sys.exit(0)\n"
+    "    time.sleep(0.5)\n"
+    "sys.exit(1)\n"
+)
+
 _HEALTH = (
     "import sys, urllib.request\n"
     "try:\n"
-    "    sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:{port}/healthz', timeout=2).status == 200 else 1)\n"
+    "    sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:{port}/readyz', timeout=2).status == 200 else 1)\n"
     "except Exception:\n"
     "    sys.exit(1)\n"
 )
@@ -522,8 +563,22 @@ def finish(ctx: Context, result: FaultResult, follows: list[Follow], counters: C
 
 
 def started_streaming(follows: list[Follow], after: float) -> list[float]:
-    """For each client: its first event (or its end) after ``after``, monotonic; inf if none."""
-    return [min([e for e in f.event_times if e > after] + [f.ended_at or float("inf")]) for f in follows]
+    """For each client: when its text flowed again after the fault at ``after`` (monotonic; inf if never): the
+    delta that ends its longest pause from ``after`` on (an entry already on its way when the fault hit does not
+    count as recovered), or its end when no delta came after ``after``."""
+    out = []
+    for f in follows:
+        times = [t for t in f.delta_times if t > after]
+        if not times:
+            out.append(f.ended_at if f.ended_at is not None and f.ended_at > after else float("inf"))
+            continue
+        previous, best, resumed = after, -1.0, times[0]
+        for t in times:
+            if t - previous > best:
+                best, resumed = t - previous, t
+            previous = t
+        out.append(resumed)
+    return out
 
 
 def fault_web_kill(ctx: Context, result: FaultResult) -> None:
@@ -550,6 +605,7 @@ def fault_web_kill(ctx: Context, result: FaultResult) -> None:
     finish(ctx, result, follows, counters, threads)
     stack.start_web("web1")
     wait_for(lambda: stack.web_up("web1"), deadline=ctx.budget.until(60), step=0.5)
+    stack.warm("web1", ctx.tokens[0])
 
 
 def fault_worker_host_down(ctx: Context, result: FaultResult) -> None:
@@ -585,7 +641,9 @@ def fault_worker_host_down(ctx: Context, result: FaultResult) -> None:
     )
     time.sleep(3.0)  # the link is back: the cut-off worker must not write into the runs that moved
     finish(ctx, result, follows, counters, threads)
-    reasons = re.findall(r"event=requeued .*?reason=(\w+)", stack.supervisor.log_text("ctl1") + stack.supervisor.log_text("ctl2"))
+    reasons = re.findall(
+        r"event=requeued .*?reason=(\w+)", stack.supervisor.log_text("ctl1") + stack.supervisor.log_text("ctl2")
+    )
     result.notes.append("the reaper requeued " + (counts_of(reasons) if reasons else "nothing"))
 
 
@@ -608,7 +666,7 @@ def fault_redis_primary_kill(ctx: Context, result: FaultResult) -> None:
     follows += probe
     threads += run_clients(stack.base_url, probe, counters, deadline=deadline)
     wait_for(lambda: all(f.ended or f.events_after(promoted_at) for f in live), deadline=ctx.budget.until(60))
-    back = started_streaming(live, killed_at + 0.001)
+    back = started_streaming(live, killed_at)
     result.recover_s = max(back) - killed_at if back and max(back) < float("inf") else None
     result.recover_what = "kill to every stream live at it delivering again"
     result.notes.append(
@@ -652,7 +710,7 @@ def fault_dispatcher_host_down(ctx: Context, result: FaultResult) -> None:
         follows += probe
         threads += run_clients(stack.base_url, probe, counters, deadline=deadline)
         wait_for(lambda: all(f.deltas or f.ended for f in probe), deadline=ctx.budget.until(60), step=0.1)
-        firsts = [min(f.delta_times + [f.ended_at or float("inf")]) for f in probe]
+        firsts = [min([*f.delta_times, f.ended_at or float("inf")]) for f in probe]
         result.recover_s = max(firsts) - down_at if firsts and max(firsts) < float("inf") else None
         result.recover_what = "link down to the first token of every prompt posted after it (dispatched by the standby)"
         new_leader = ""
@@ -717,7 +775,9 @@ def build(
         }
     store_url = data.start_store()
     log(f"data host up ({time.monotonic() - t0:.0f} s): Postgres, Redis primary+replica, 3 Sentinels, S3 store")
-    env = {k: v for k, v in os.environ.items() if k not in ("DJANGO_ALLOW_ASYNC_UNSAFE",) and not k.startswith("REDIS_")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("DJANGO_ALLOW_ASYNC_UNSAFE",) and not k.startswith("REDIS_")
+    }
     env.pop("CELERY_BROKER_URL", None)
     env.update(BASE_ENV)
     env.update(
@@ -735,8 +795,7 @@ def build(
     store_env = dict(
         env,
         MODEL_STORE_ENDPOINT_URL=store_url,
-        MODEL_STORE_ACCESS_KEY_ID="testing",
-        MODEL_STORE_SECRET_ACCESS_KEY="testing",
+        **STORE_CREDENTIALS,
         MODEL_STORE_REGION="us-east-1",
         MODEL_STORE_TRANSFER_CHUNK_MB="1024",
     )
@@ -749,8 +808,11 @@ def build(
     # Registered on the web host (its cache gets the copy whose tokenizer the web processes count with: see
     # docs/deployments.md); all the traffic and the default go to it, none to the packaged version.
     run_quiet(
-        [*topo.exec("web"), PYTHON, str(ROOT / "manage.py"), "deployment_register", MODEL_NAME, MODEL_VERSION]
-        + ["--source", STORE_URL, "--weight", "100", "--default"],
+        [
+            *topo.exec("web"),
+            *(PYTHON, str(ROOT / "manage.py"), "deployment_register", MODEL_NAME, MODEL_VERSION),
+            *("--source", STORE_URL, "--weight", "100", "--default"),
+        ],
         env=dict(store_env, MODEL_CACHE_DIR=str(root / "web-cache")),
         timeout=300,
     )
@@ -861,6 +923,8 @@ def main(argv: list[str] | None = None) -> int:
         for host in ("w1", "w2"):
             log(f"{host}: {caches[host] or 'its cache was NOT filled from the store'}")
         tokens = create_users(stack.env, USERS)
+        for name in WEB_PORTS:
+            stack.warm(name, tokens[0])
         ctx = Context(stack, tokens, budget, args.quick)
         for fault in faults:
             result = FaultResult(fault=fault)
@@ -888,7 +952,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         timer.cancel()
         cleanup()
-    print(f"## hosts test ({args.redis_via}{', quick' if args.quick else ''}), {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n")
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    print(f"## hosts test ({args.redis_via}{', quick' if args.quick else ''}), {when}\n")
     print(table(results))
     print()
     print(f"- **caches**: w1: {caches.get('w1') or 'not filled'}; w2: {caches.get('w2') or 'not filled'}")
