@@ -678,7 +678,6 @@ def fault_redis_primary_kill(ctx: Context, result: FaultResult) -> None:
     dead = [h for h in stack.workers if not stack.supervisor.alive(h)]
     if dead:
         result.notes.append(f"workers that died: {', '.join(dead)}")
-        result.stuck += 0
     stack.data.start_redis(victim)  # back as a replica of the new primary (the Sentinels reconfigure it)
     text = "".join(stack.supervisor.log_text(h) for h in stack.workers)
     lost = len(set(re.findall(r"run (\d+): its stream lost entries", text)))
@@ -972,6 +971,12 @@ def main(argv: list[str] | None = None) -> int:
             "ok": ok,
             "failed": failed_setup,
             "caches": caches,
+            "topology": {
+                "prefix": topo.prefix,
+                "subnet": topo.cidr,
+                "hosts": {host: topo.addr(host) for host in HOSTS},
+                "balancer": f"{topo.addr('web')}:{BALANCER_PORT}",
+            },
             "results": [asdict(r) for r in results],
         }
         args.json.write_text(json.dumps(figures, indent=1))

@@ -60,6 +60,12 @@ def test_the_quick_hosts_test_loses_nothing_and_fills_both_caches_from_the_store
         line = figures["caches"][host]
         assert "filled and verified" in line and f"sha256 {checksum[:12]}" in line, (host, report)
     assert "w1: model cache " in done.stdout and "w2: model cache " in done.stdout, report
-    # Everything was torn down: no namespace of the run is left.
-    left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert "-data" not in left or not any(line.startswith("ht") for line in left.splitlines()), left
+    # Everything was torn down: no namespace or link of the run is left.
+    prefix = figures["topology"]["prefix"]
+    ours = {f"{prefix}br"} | {f"{prefix}-{h}" for h in figures["topology"]["hosts"]}
+    ours |= {f"{prefix}{h}" for h in figures["topology"]["hosts"]}
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    names = {line.split()[0] for line in namespaces.splitlines() if line.strip()}
+    names |= {line.split(": ")[1].split("@")[0] for line in links.splitlines() if ": " in line}
+    assert not ours & names, sorted(ours & names)
