@@ -279,7 +279,7 @@ class DataHost:
             "backend primary\n    option tcp-check\n    tcp-check send PING\\r\\n\n    tcp-check expect string +PONG\n"
             "    tcp-check send info\\ replication\\r\\n\n    tcp-check expect string role:master\n"
             "    tcp-check send QUIT\\r\\n\n    tcp-check expect string +OK\n"
-            "    on-marked-down shutdown-sessions\n"
+            "    default-server on-marked-down shutdown-sessions\n"
             f"{servers}\n"
         )
         self.supervisor.spawn(
