@@ -6,7 +6,7 @@ export DJANGO_SETTINGS_MODULE ?= chatproject.settings.base
 export DATABASE_URL ?= postgres://chat:chat@127.0.0.1:5432/chat
 PORT ?= 8000
 
-.PHONY: bootstrap lock services migrate run test test-fast lint typecheck prepare-model bench
+.PHONY: bootstrap lock services migrate run test test-fast lint typecheck prepare-model bench hosts-test
 
 bootstrap:
 	bash scripts/bootstrap.sh
@@ -33,6 +33,11 @@ test: bootstrap services
 # The everyday loop: every test that needs no real engine (marker `engine`) and no live stack (marker `live`).
 test-fast: bootstrap services
 	TEST_LANE=fast bash scripts/test.sh $(ARGS)
+
+# The product across network namespaces (data, web, two worker hosts, two dispatcher hosts) with faults; root.
+# ARGS="--quick" is CI's form (docs/hosts-test.md).
+hosts-test: bootstrap
+	bash scripts/hosts-test.sh $(ARGS)
 
 lint: bootstrap
 	$(VENV)/bin/ruff check .

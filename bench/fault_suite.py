@@ -53,19 +53,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import difflib
 import json
 import os
 import random
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -77,11 +75,36 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.lib.fault_servers import (  # noqa: E402
+    Budget,
+    PrivatePostgres,
+    PrivateRedis,
+    Supervisor,
+    log,
+    run_quiet,
+)
 from bench.lib.processes import celery_worker_argv, free_port  # noqa: E402
+from bench.lib.stream_clients import (  # noqa: E402
+    TERMINAL,
+    Counters,
+    Cut,
+    FaultResult,
+    Follow,
+    RunOutcome,
+    account,
+    api_call,
+    counts_of,
+    follow_run,
+    join_all,
+    notes,
+    post_prompt,
+    run_clients,
+    table,
+    wait_for,
+)
 from bench.lib.url_sweep import body_for, fill  # noqa: E402
 from inference_workers.engine.lifeline import engine_processes  # noqa: E402
 
-PG_BIN = Path(os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin"))
 PYTHON = str(ROOT / ".venv" / "bin" / "python")
 UVICORN = str(ROOT / ".venv" / "bin" / "uvicorn")
 FAULTS = (
@@ -94,194 +117,6 @@ FAULTS = (
     "outage_sweep",
 )
 USERS = 8
-TERMINAL = {"done", "cancelled", "failed"}
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-class Budget:
-    """The suite's time bound: every wait asks what is left."""
-
-    def __init__(self, seconds: float) -> None:
-        self.end = time.monotonic() + seconds
-
-    def left(self) -> float:
-        return self.end - time.monotonic()
-
-    def until(self, seconds: float) -> float:
-        """A deadline ``seconds`` from now, but never past the suite's end (monotonic time)."""
-        return min(time.monotonic() + seconds, self.end)
-
-
-class OutOfTime(RuntimeError):
-    pass
-
-
-# -- processes -----------------------------------------------------------------------------------------------
-
-
-class Supervisor:
-    """Every process the suite starts, each in a process group of its own, with its log in ``log_dir``."""
-
-    def __init__(self, log_dir: Path) -> None:
-        self.log_dir = log_dir
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self._lock = threading.Lock()
-
-    def spawn(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        with (self.log_dir / f"{name}.log").open("ab") as out:  # a restart appends to the same log
-            proc = subprocess.Popen(
-                argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        with self._lock:
-            self.procs[name] = proc
-        return proc
-
-    def log_text(self, name: str) -> str:
-        path = self.log_dir / f"{name}.log"
-        return path.read_text(errors="replace") if path.exists() else ""
-
-    def alive(self, name: str) -> bool:
-        proc = self.procs.get(name)
-        return proc is not None and proc.poll() is None
-
-    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
-        proc = self.procs[name]
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        proc.wait(timeout=30)
-
-    def kill_main(self, name: str) -> int:
-        """SIGKILL to the process alone, not its group (what an outside ``kill -9 PID`` does); returns its pid."""
-        proc = self.procs[name]
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-        return proc.pid
-
-    def stop(self, name: str, *, grace_s: float = 10) -> None:
-        proc = self.procs.pop(name, None)
-        if proc is None or proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-
-    def stop_all(self, names: list[str] | None = None) -> None:
-        for name in list(self.procs) if names is None else names:
-            self.stop(name)
-
-
-def _run_quiet(argv: list[str], *, timeout: float = 120, env: dict[str, str] | None = None) -> str:
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv[:4])}... failed ({done.returncode}): {done.stdout}{done.stderr}")
-    return done.stdout
-
-
-class PrivatePostgres:
-    """A Postgres cluster of the suite's own (``initdb`` in ``root``), on a free port and a socket in ``root``."""
-
-    def __init__(self, root: Path) -> None:
-        self.dir = root / "pg"
-        self.data = self.dir / "data"
-        self.port = free_port()
-        self.as_root = os.geteuid() == 0
-        self.started = False
-
-    def _cmd(self, *argv: str) -> list[str]:
-        # As root, initdb and pg_ctl refuse to run: they run as the postgres user, on a directory it owns.
-        return ["runuser", "-u", "postgres", "--", *argv] if self.as_root else list(argv)
-
-    @property
-    def url(self) -> str:
-        return f"postgres://chat:chat@127.0.0.1:{self.port}/faults"
-
-    def init(self) -> None:
-        self.dir.mkdir(parents=True)
-        if self.as_root:
-            shutil.chown(self.dir, "postgres", "postgres")
-        _run_quiet(
-            self._cmd(str(PG_BIN / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres", "-E", "UTF8")
-        )
-        self.start()
-        sql = "CREATE ROLE chat LOGIN PASSWORD 'chat'; CREATE DATABASE faults OWNER chat;"
-        for statement in sql.split("; "):
-            _run_quiet(
-                self._cmd(
-                    str(PG_BIN / "psql"), "-h", str(self.dir), "-p", str(self.port), "-U", "postgres", "-qc", statement
-                )
-            )
-
-    def _pg_ctl(self, *args: str) -> None:
-        _run_quiet(self._cmd(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-w", "-t", "60", *args))
-
-    def start(self) -> None:
-        options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c max_connections=200"
-        self._pg_ctl("-l", str(self.dir / "postgres.log"), "-o", options, "start")
-        self.started = True
-
-    def restart(self) -> None:
-        """``pg_ctl restart -m fast``: every session is cut, then the same server starts again."""
-        self._pg_ctl("-m", "fast", "-l", str(self.dir / "postgres.log"), "restart")
-
-    def stop(self) -> None:
-        if self.started:
-            try:
-                self._pg_ctl("-m", "fast", "stop")
-            except Exception:  # noqa: BLE001 - try harder: the directory is about to be deleted
-                with contextlib.suppress(Exception):
-                    self._pg_ctl("-m", "immediate", "stop")
-            self.started = False
-
-
-class PrivateRedis:
-    """A ``redis-server`` of the suite's own with an append-only file in ``root``."""
-
-    def __init__(self, root: Path, supervisor: Supervisor) -> None:
-        self.dir = root / "redis"
-        self.port = free_port()
-        self.supervisor = supervisor
-
-    def url(self, db: int = 0) -> str:
-        return f"redis://127.0.0.1:{self.port}/{db}"
-
-    def client(self) -> redis.Redis:
-        return redis.Redis(port=self.port, socket_timeout=5, decode_responses=True)
-
-    def start(self) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        argv = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir)]
-        argv += ["--appendonly", "yes", "--appendfsync", "everysec", "--save", "", "--maxclients", "2000"]
-        proc = self.supervisor.spawn("redis", argv, dict(os.environ))
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if self.client().ping():
-                    return
-            except redis.RedisError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"redis-server did not start; see {self.supervisor.log_dir / 'redis.log'}")
-            time.sleep(0.05)
-
-    def shutdown(self) -> None:
-        """SIGTERM, which Redis handles as ``SHUTDOWN``: it syncs its append-only file, then exits. (Not the
-        command through redis-py, whose retries on the closed connection add seconds.)"""
-        proc = self.supervisor.procs["redis"]
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=30)
-
-    def stop(self) -> None:
-        self.supervisor.stop("redis")
 
 
 # -- the stack -------------------------------------------------------------------------------------------------
@@ -377,355 +212,9 @@ def create_users(env: dict[str, str], count: int) -> list[str]:
         "    tokens.append(Token.objects.get_or_create(user=user)[0].key)\n"
         "print('TOKENS=' + json.dumps(tokens))\n"
     )
-    out = _run_quiet([PYTHON, str(ROOT / "manage.py"), "shell", "-c", code], env=env)
+    out = run_quiet([PYTHON, str(ROOT / "manage.py"), "shell", "-c", code], env=env)
     line = next(line for line in out.splitlines() if line.startswith("TOKENS="))
     return list(json.loads(line.removeprefix("TOKENS=")))
-
-
-# -- clients ---------------------------------------------------------------------------------------------------
-
-
-class Counters:
-    """What every client of one fault saw, across threads."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.five_xx: list[str] = []
-
-    def saw(self, response: httpx.Response, what: str) -> None:
-        if response.status_code >= 500:
-            with self.lock:
-                self.five_xx.append(f"{what}: {response.status_code}")
-
-
-def api_call(
-    counters: Counters,
-    method: str,
-    url: str,
-    *,
-    token: str,
-    deadline: float,
-    body: dict[str, Any] | None = None,
-    expect: tuple[int, ...] = (200, 201, 202),
-) -> httpx.Response:
-    """One API call, repeated (every 5xx counted) until it answers one of ``expect`` or ``deadline`` passes.
-    Connection errors are retried too (the web process may be restarting)."""
-    headers = {"Authorization": f"Token {token}"}
-    last: str = ""
-    while time.monotonic() < deadline:
-        try:
-            response = httpx.request(method, url, headers=headers, json=body, timeout=10)
-        except httpx.TransportError as exc:
-            last = repr(exc)
-            time.sleep(0.25)
-            continue
-        counters.saw(response, f"{method} {re.sub(r'/[0-9]+', '/N', url.split('/', 3)[-1])}")
-        if response.status_code in expect:
-            return response
-        last = f"{response.status_code} {response.text[:200]}"
-        retry_after = float(response.headers.get("Retry-After", "0.5") or 0.5)
-        time.sleep(min(max(retry_after, 0.25), 2.0))
-    raise TimeoutError(f"{method} {url}: no answer in time ({last})")
-
-
-@dataclass
-class Cut:
-    kind: str  # "events": hang up after this many events of a connection; "bytes": after this many bytes
-    n: int
-
-
-@dataclass
-class Follow:
-    """One client following one run."""
-
-    run_id: int
-    chat_id: int
-    token: str
-    cuts: list[Cut] = field(default_factory=list)
-    text: str = ""
-    last_id: int | None = None
-    ended: str = ""  # "done", "error", "204", "gave up", or "" (still following)
-    ended_at: float | None = None
-    connections: int = 0
-    planned_cuts: int = 0
-    cut_kinds: list[str] = field(default_factory=list)  # per hang-up: "events", "bytes" or "mid-event"
-    drops: int = 0  # connections that ended without a terminal event (server gone, connection reset)
-    resets: int = 0
-    workers: list[str] = field(default_factory=list)
-    event_times: list[float] = field(default_factory=list)  # monotonic arrival time of every event with an id
-    deltas: int = 0
-    delta_times: list[float] = field(default_factory=list)  # monotonic arrival time of every delta
-    reconnects: list[float] = field(default_factory=list)  # hang-up (or drop) to the next first event
-    errors: list[str] = field(default_factory=list)
-
-    @property
-    def worker(self) -> str:
-        return self.workers[-1] if self.workers else ""
-
-    def events_after(self, t: float) -> int:
-        return sum(1 for e in self.event_times if e > t)
-
-
-def _parse_event(raw: bytes) -> tuple[str, int | None, dict[str, Any]] | None:
-    event, event_id, data = "", None, ""
-    for line in raw.decode().split("\n"):
-        if not line or line.startswith(":"):
-            continue
-        name, _, value = line.partition(":")
-        value = value[1:] if value.startswith(" ") else value
-        if name == "event":
-            event = value
-        elif name == "id":
-            event_id = int(value)
-        elif name == "data":
-            data = value if not data else data + "\n" + value
-    if not event:
-        return None
-    return event, event_id, (json.loads(data) if data else {})
-
-
-def follow_run(base_url: str, follow: Follow, counters: Counters, *, deadline: float) -> None:
-    """Follows the run's stream to its end, hanging up at ``follow.cuts`` and reconnecting with Last-Event-ID
-    after each hang-up or dropped connection."""
-    url = f"{base_url}/api/runs/{follow.run_id}/stream"
-    hung_up_at: float | None = None
-    timeout = httpx.Timeout(10.0, read=30.0)
-    while time.monotonic() < deadline:
-        headers = {"Authorization": f"Token {follow.token}"}
-        if follow.last_id is not None:
-            headers["Last-Event-ID"] = str(follow.last_id)
-        cut = follow.cuts.pop(0) if follow.cuts else None
-        hung_up = resume_now = False
-        buffer = b""
-        try:
-            with httpx.stream("GET", url, headers=headers, timeout=timeout) as response:
-                follow.connections += 1
-                counters.saw(response, "GET api/runs/N/stream")
-                if response.status_code == 204:  # the id is at or past the end: nothing left to send
-                    if hung_up_at is not None:
-                        follow.reconnects.append(time.monotonic() - hung_up_at)
-                    follow.ended, follow.ended_at = "204", time.monotonic()
-                    return
-                if response.status_code != 200:
-                    follow.errors.append(f"stream answered {response.status_code}")
-                    time.sleep(0.5)
-                    continue
-                seen, events_here = 0, 0
-                for chunk in response.iter_raw():
-                    if cut is not None and cut.kind == "bytes" and seen + len(chunk) >= cut.n:
-                        chunk, hung_up = chunk[: cut.n - seen], True
-                    seen += len(chunk)
-                    buffer += chunk
-                    while b"\n\n" in buffer:
-                        raw, buffer = buffer.split(b"\n\n", 1)
-                        parsed = _parse_event(raw)
-                        if parsed is None:
-                            continue
-                        event, event_id, data = parsed
-                        now = time.monotonic()
-                        if hung_up_at is not None:
-                            follow.reconnects.append(now - hung_up_at)
-                            hung_up_at = None
-                        if event == "reconnect":  # the web process is shutting down: resume elsewhere
-                            resume_now = True
-                            break
-                        if event_id is not None:
-                            follow.last_id = event_id
-                            follow.event_times.append(now)
-                        if event == "reset":
-                            follow.text, follow.resets = "", follow.resets + 1
-                        elif event == "delta":
-                            follow.text += data["text"]
-                            follow.deltas += 1
-                            follow.delta_times.append(now)
-                        elif event == "status" and data.get("worker"):
-                            follow.workers.append(str(data["worker"]))
-                        elif event in ("done", "error"):
-                            follow.ended, follow.ended_at = event, now
-                            if event == "error":
-                                follow.errors.append(f"error event: {data}")
-                            return
-                        events_here += 1
-                        if cut is not None and cut.kind == "events" and events_here >= cut.n:
-                            hung_up = True
-                            break
-                    if hung_up or resume_now:
-                        break
-        except httpx.TransportError as exc:
-            if hung_up_at is None:
-                follow.drops += 1
-                follow.errors.append(repr(exc)[:120])
-                hung_up_at = time.monotonic()
-            time.sleep(0.2)
-            continue
-        if hung_up:
-            follow.planned_cuts += 1
-            kind = cut.kind if cut is not None else "?"
-            follow.cut_kinds.append("mid-event" if kind == "bytes" and buffer.strip(b"\n") else kind)
-        else:
-            follow.drops += 1
-            if not resume_now:
-                follow.errors.append("the stream ended without done or error")
-        if hung_up_at is None:
-            hung_up_at = time.monotonic()
-    follow.ended = follow.ended or "gave up"
-
-
-def post_prompt(base_url: str, token: str, counters: Counters, *, deadline: float, index: int) -> Follow:
-    """A chat of its own and a prompt in it; returns the run to follow."""
-    chat = api_call(counters, "POST", f"{base_url}/api/chats", token=token, deadline=deadline, body={})
-    chat_id = int(chat.json()["id"])
-    posted = api_call(
-        counters,
-        "POST",
-        f"{base_url}/api/chats/{chat_id}/messages",
-        token=token,
-        deadline=deadline,
-        body={"content": f"Fault suite prompt {index}: tell me about batching ({random.random():.6f})."},
-    )
-    return Follow(run_id=int(posted.json()["run"]["id"]), chat_id=chat_id, token=token)
-
-
-# -- accounting ------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class RunOutcome:
-    run_id: int
-    status: str
-    attempts: int
-    exact: bool
-    lost: int
-    duplicated: int
-    duplicate_messages: int
-    stuck: bool
-    error: str
-    client: dict[str, Any] = field(default_factory=dict)
-
-
-def token_diff(stored: str, received: str) -> tuple[int, int]:
-    """(tokens lost, tokens duplicated) of ``received`` against ``stored``; a token is one simulated word."""
-    want, got = stored.split(), received.split()
-    lost = duplicated = 0
-    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, want, got, autojunk=False).get_opcodes():
-        if op in ("delete", "replace"):
-            lost += i2 - i1
-        if op in ("insert", "replace"):
-            duplicated += j2 - j1
-    return lost, duplicated
-
-
-def account(base_url: str, follow: Follow, counters: Counters, *, deadline: float) -> RunOutcome:
-    run = api_call(
-        counters, "GET", f"{base_url}/api/runs/{follow.run_id}", token=follow.token, deadline=deadline
-    ).json()
-    messages = api_call(
-        counters,
-        "GET",
-        f"{base_url}/api/chats/{follow.chat_id}/messages?limit=100",
-        token=follow.token,
-        deadline=deadline,
-    ).json()["results"]
-    assistant = [m for m in messages if m["role"] == "assistant"]
-    stored = (run.get("assistant_message") or {}).get("content", "")
-    # Tokens are counted against a stored answer; a run without one (stuck, failed) is counted as such.
-    lost, duplicated = token_diff(stored, follow.text) if run["assistant_message"] is not None else (0, 0)
-    exact = run["status"] == "done" and follow.ended in ("done", "204") and follow.text == stored
-    return RunOutcome(
-        run_id=follow.run_id,
-        status=run["status"],
-        attempts=int(run["attempts"]),
-        exact=exact,
-        lost=lost,
-        duplicated=duplicated,
-        duplicate_messages=max(0, len(assistant) - 1),
-        stuck=run["status"] not in TERMINAL,
-        error=run.get("error") or "",
-        client={
-            "ended": follow.ended,
-            "connections": follow.connections,
-            "planned_cuts": follow.planned_cuts,
-            "drops": follow.drops,
-            "resets": follow.resets,
-            "workers": follow.workers,
-            "deltas": follow.deltas,
-            "chars": len(follow.text),
-            "stored_chars": len(stored),
-            "errors": follow.errors[:5],
-        },
-    )
-
-
-@dataclass
-class FaultResult:
-    fault: str
-    runs: int = 0
-    exact: int = 0
-    lost: int = 0
-    duplicated: int = 0
-    duplicate_messages: int = 0
-    stuck: int = 0
-    five_xx: int = 0
-    recover_s: float | None = None
-    recover_what: str = ""
-    notes: list[str] = field(default_factory=list)
-    outcomes: list[RunOutcome] = field(default_factory=list)
-    skipped: str = ""
-
-    def add(self, outcomes: list[RunOutcome]) -> None:
-        self.outcomes += outcomes
-        self.runs += len(outcomes)
-        self.exact += sum(o.exact for o in outcomes)
-        self.lost += sum(o.lost for o in outcomes)
-        self.duplicated += sum(o.duplicated for o in outcomes)
-        self.duplicate_messages += sum(o.duplicate_messages for o in outcomes)
-        self.stuck += sum(o.stuck for o in outcomes)
-
-    def summarize_outcomes(self) -> None:
-        failed = [o for o in self.outcomes if o.status == "failed"]
-        restarted = [o for o in self.outcomes if o.attempts > 1]
-        if restarted:
-            self.notes.append(
-                f"{len(restarted)} runs were generated again (attempt 2+) and ended "
-                + _counts(o.status for o in restarted)
-            )
-        for o in failed:
-            self.notes.append(f"run {o.run_id} failed: {o.error}")
-        for o in self.outcomes:
-            if not o.exact and o.status != "failed":
-                self.notes.append(
-                    f"run {o.run_id} ({o.status}): text not exact, {o.lost} lost / {o.duplicated} duplicated"
-                )
-
-
-def _counts(values: Iterator[str] | list[str]) -> str:
-    found: dict[str, int] = {}
-    for value in values:
-        found[value] = found.get(value, 0) + 1
-    return ", ".join(f"{n} {k}" for k, n in sorted(found.items()))
-
-
-def run_clients(base_url: str, follows: list[Follow], counters: Counters, *, deadline: float) -> list[threading.Thread]:
-    threads = [
-        threading.Thread(target=follow_run, args=(base_url, f, counters), kwargs={"deadline": deadline}, daemon=True)
-        for f in follows
-    ]
-    for thread in threads:
-        thread.start()
-    return threads
-
-
-def join_all(threads: list[threading.Thread], deadline: float) -> None:
-    for thread in threads:
-        thread.join(timeout=max(0.0, deadline - time.monotonic()) + 1)
-
-
-def wait_for(predicate: Callable[[], bool], *, deadline: float, step: float = 0.05) -> bool:
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step)
-    return predicate()
 
 
 def requeue_notes(supervisor: Supervisor, stack: Stack) -> list[str]:
@@ -733,7 +222,7 @@ def requeue_notes(supervisor: Supervisor, stack: Stack) -> list[str]:
     text = supervisor.log_text(stack.name("dispatcher"))
     notes = []
     reasons = re.findall(r"event=requeued .*?reason=(\w+)", text)
-    notes.append("the reaper requeued " + (_counts(reasons) if reasons else "nothing"))
+    notes.append("the reaper requeued " + (counts_of(reasons) if reasons else "nothing"))
     tracebacks = text.count("Traceback")
     if tracebacks:
         notes.append(f"dispatcher log: {tracebacks} tracebacks (" + _first_errors(text) + ")")
@@ -888,7 +377,7 @@ def client_notes(follows: list[Follow], counters: Counters) -> list[str]:
     """What the clients saw go wrong: 5xx answers by request, and the first distinct connection errors."""
     notes = []
     if counters.five_xx:
-        notes.append("5xx answers: " + _counts(counters.five_xx))
+        notes.append("5xx answers: " + counts_of(counters.five_xx))
     errors: list[str] = []
     for f in follows:
         for error in f.errors:
@@ -974,7 +463,7 @@ def fault_disconnects(ctx: Context, result: FaultResult) -> None:
         result.recover_what = "longest reconnect (hang-up to the first event, or the 204, of the next connection)"
         median = reconnects[len(reconnects) // 2] if reconnects else 0.0
         result.notes.append(
-            f"{len(kinds)} hang-ups at random points ({_counts(kinds)}; mid-event: inside an event, which the "
+            f"{len(kinds)} hang-ups at random points ({counts_of(kinds)}; mid-event: inside an event, which the "
             f"client drops), each resumed with Last-Event-ID; reconnect p50 {median * 1000:.0f} ms; "
             f"{sum(f.drops for f in follows)} connections dropped by the server"
         )
@@ -1180,7 +669,7 @@ def fault_worker_kill_single(ctx: Context, result: FaultResult) -> None:
 
 def sweep_templates(env: dict[str, str]) -> list[tuple[str, str]]:
     """Every URL pattern as (method, template) (``bench.lib.url_sweep``, run with the stack's settings)."""
-    out = _run_quiet([PYTHON, "-m", "bench.lib.url_sweep"], env=env, timeout=120)
+    out = run_quiet([PYTHON, "-m", "bench.lib.url_sweep"], env=env, timeout=120)
     return [(m, t) for m, t in json.loads(out)]
 
 
@@ -1296,38 +785,6 @@ MIN_SECONDS = {
 """A fault is skipped when less than this is left of ``--max-seconds``."""
 
 
-# -- the report ------------------------------------------------------------------------------------------------
-
-HEADER = (
-    "| fault | runs tried | texts exact | tokens lost | tokens duplicated | duplicate assistant messages "
-    "| runs stuck | 5xx seen by clients | time to recover |"
-)
-
-
-def table(results: list[FaultResult]) -> str:
-    lines = [HEADER, "| --- " * 9 + "|"]
-    for r in results:
-        if r.skipped:
-            lines.append(f"| {r.fault} | skipped: {r.skipped} |" + " |" * 7)
-            continue
-        recover = f"{r.recover_s:.1f} s" if r.recover_s is not None else "not recovered"
-        lines.append(
-            f"| {r.fault} | {r.runs} | {r.exact} | {r.lost} | {r.duplicated} | {r.duplicate_messages} | {r.stuck} "
-            f"| {r.five_xx} | {recover} |"
-        )
-    return "\n".join(lines)
-
-
-def notes(results: list[FaultResult]) -> str:
-    out = []
-    for r in results:
-        if r.skipped:
-            continue
-        out.append(f"- **{r.fault}** (time to recover: {r.recover_what})")
-        out += [f"  - {note}" for note in r.notes]
-    return "\n".join(out)
-
-
 # -- main ------------------------------------------------------------------------------------------------------
 
 
@@ -1383,9 +840,9 @@ def main(argv: list[str] | None = None) -> int:
         postgres.init()
         private_redis.start()
         env = Stack(supervisor, label="setup", database_url=postgres.url, redis_url=private_redis.url(), env={}).env
-        _run_quiet([PYTHON, str(ROOT / "manage.py"), "migrate", "--verbosity", "0"], env=env, timeout=300)
+        run_quiet([PYTHON, str(ROOT / "manage.py"), "migrate", "--verbosity", "0"], env=env, timeout=300)
         # What every worker start runs first (scripts/worker.sh): verifies the default deployment, marks it ready.
-        _run_quiet([PYTHON, str(ROOT / "manage.py"), "prepare_model"], env=env, timeout=300)
+        run_quiet([PYTHON, str(ROOT / "manage.py"), "prepare_model"], env=env, timeout=300)
         tokens = create_users(env, USERS)
         ctx = Context(supervisor, postgres, private_redis, tokens, budget, random.Random(args.seed), args.quick, runs)
         for fault in faults:

@@ -23,6 +23,8 @@ bash scripts/browser.sh
 bash scripts/clients-venv.sh
 # The balancer test puts two web processes behind HAProxy (Debian's package); installs it once when missing.
 bash scripts/balancer.sh
+# The hosts test (tests/project/test_hosts_test.py) also needs `ip` (iproute2); installed once when missing.
+HOSTS_TEST_INSTALL_ONLY=1 bash scripts/hosts-test.sh
 # The TLS tests (Redis, Postgres) make a throwaway CA with openssl's command line; installed once when missing.
 if ! command -v openssl >/dev/null 2>&1; then
   as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }

@@ -21,7 +21,7 @@ SUITE = ROOT / "bench" / "fault_suite.py"
 
 
 def _missing_servers() -> str:
-    from bench.fault_suite import PG_BIN
+    from bench.lib.fault_servers import PG_BIN
 
     if not (PG_BIN / "initdb").exists():
         return f"no Postgres server binaries in {PG_BIN} (set PG_BIN)"
