@@ -365,23 +365,12 @@ class Stack:
         self.supervisor.spawn(name, argv, self.env)
 
     def web_up(self, name: str) -> bool:
-        """Whether the web process answers /readyz with 200 (asked from inside the web host): its tokenizer loaded,
-        so no prompt it takes answers 503 ``model_not_ready`` (the balancer checks /healthz, and sends a started
-        process traffic before that)."""
+        """Whether the web process answers /readyz with 200 (asked from inside the web host): the tokenizers of the
+        served model and of the default deployment's copy loaded (which its start does before the port opens)."""
         done = subprocess.run(
             [*self.topo.exec("web"), PYTHON, "-c", _HEALTH.format(port=WEB_PORTS[name])], capture_output=True
         )
         return done.returncode == 0
-
-    def warm(self, name: str, token: str) -> None:
-        """One prompt posted straight to the web process (inside the web host) until it is accepted: the default
-        deployment's tokenizer loaded. A web process loads only the packaged model's tokenizer at start, and /readyz
-        reports only that one; the first prompts for a deployment registered from the store meet its load and
-        answer 503 ``model_not_ready`` (docs/hosts-test.md, "What it found")."""
-        code = _WARM.format(port=WEB_PORTS[name], token=token)
-        done = subprocess.run([*self.topo.exec("web"), PYTHON, "-c", code], capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"{name}: a warm-up prompt was not accepted in 60 s: {done.stderr[-300:]}")
 
     def start_balancer(self) -> None:
         servers = "\n".join(
@@ -436,26 +425,6 @@ class Stack:
                 return host
         raise RuntimeError(f"no dispatcher holds the leader lock ({token!r})")
 
-
-_WARM = (
-    "import json, sys, time, urllib.request\n"
-    "def call(path, body):\n"
-    "    request = urllib.request.Request('http://127.0.0.1:{port}' + path, data=json.dumps(body).encode(),\n"
-    "        headers={{'Authorization': 'Token {token}', 'Content-Type': 'application/json'}}, method='POST')\n"
-    "    try:\n"
-    "        with urllib.request.urlopen(request, timeout=10) as answer:\n"
-    "            return answer.status, json.load(answer)\n"
-    "    except urllib.error.HTTPError as exc:\n"
-    "        return exc.code, {{}}\n"
-    "status, chat = call('/api/chats', {{}})\n"
-    "deadline = time.monotonic() + 60\n"
-    "while time.monotonic() < deadline:\n"
-    "    status, _ = call(f\"/api/chats/{{chat['id']}}/messages\", {{'content': 'warm-up'}})\n"
-    "    if status in (201, 202):\n"
-    "        sys.exit(0)\n"
-    "    time.sleep(0.5)\n"
-    "sys.exit(1)\n"
-)
 
 _HEALTH = (
     "import sys, urllib.request\n"
@@ -605,7 +574,6 @@ def fault_web_kill(ctx: Context, result: FaultResult) -> None:
     finish(ctx, result, follows, counters, threads)
     stack.start_web("web1")
     wait_for(lambda: stack.web_up("web1"), deadline=ctx.budget.until(60), step=0.5)
-    stack.warm("web1", ctx.tokens[0])
 
 
 def fault_worker_host_down(ctx: Context, result: FaultResult) -> None:
@@ -922,8 +890,6 @@ def main(argv: list[str] | None = None) -> int:
         for host in ("w1", "w2"):
             log(f"{host}: {caches[host] or 'its cache was NOT filled from the store'}")
         tokens = create_users(stack.env, USERS)
-        for name in WEB_PORTS:
-            stack.warm(name, tokens[0])
         ctx = Context(stack, tokens, budget, args.quick)
         for fault in faults:
             result = FaultResult(fault=fault)

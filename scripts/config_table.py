@@ -53,7 +53,8 @@ SETTINGS_HELP = {
         " [High availability](high-availability.md)."
     ),
     "CELERY_BROKER_URL": (
-        "Celery's broker (a Redis URL, user `celery`); under `REDIS_SENTINELS` the settings make it a `sentinel://` URL and transport (docs/high-availability.md)."
+        "Celery's broker (a Redis URL, user `celery`); under `REDIS_SENTINELS` the settings make it a "
+        "`sentinel://` URL and transport (docs/high-availability.md)."
     ),
     "LOG_LEVEL": "Root log level.",
     "LOG_FORMAT": (

@@ -11,6 +11,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -171,5 +172,41 @@ def test_a_stack_started_while_the_model_is_prepared_answers_503_then_202(
             time.sleep(0.5)
         status, body, _ = _http("POST", url, token=token, body={"content": "Hi"})
         assert status == 202, body
+    finally:
+        stop_process_group(proc)
+
+
+@pytest.mark.live
+@pytest.mark.django_db(transaction=True)
+def test_a_default_deployment_in_its_own_folder_is_ready_before_the_port_opens(tmp_path: Path) -> None:
+    """The default deployment's copy is another folder than the served model's (registered from a store, a new
+    version): its tokenizer is loaded at startup too, so prompts sent together the moment the process listens are
+    all accepted. Before, the first of them loaded it and the others were answered 503 ``model_not_ready``."""
+    folder = tmp_path / "SmolLM2@store"
+    folder.mkdir()
+    source = Path(settings.ENGINE.model_path)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "config.json"):
+        if (source / name).is_file():
+            (folder / name).write_bytes((source / name).read_bytes())
+    ModelDeployment.objects.filter(is_default=True).update(local_path=str(folder))
+    owners = [UserFactory.create() for _ in range(4)]  # a user each: no tier's concurrency limit in the way
+    chats = [(Token.objects.create(user=u).key, ChatFactory.create(owner=u).pk) for u in owners]
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc = _start_web(port)
+    try:
+        _wait_listening(f"{base}/healthz", proc)
+        with ThreadPoolExecutor(len(chats)) as pool:
+            answers = list(
+                pool.map(
+                    lambda owner: _http(
+                        "POST", f"{base}/api/chats/{owner[1]}/messages", token=owner[0], body={"content": "Hi"}
+                    ),
+                    chats,
+                )
+            )
+        assert [status for status, _, _ in answers] == [202] * len(chats), [body for _, body, _ in answers]
+        status, body, _ = _http("GET", f"{base}/readyz")
+        assert status == 200 and body["checks"][f"tokenizer:{ModelDeployment.objects.get(is_default=True).key}"] == "ok"
     finally:
         stop_process_group(proc)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ from django.test import Client
 from pytest_django.fixtures import Settings
 
 from core.redis_client import get_redis
+from deployments.readiness import load_tokenizers
 from deployments.tokenizer import ModelNotReady, get_tokenizer
 
 
@@ -79,3 +81,37 @@ def test_unknown_api_path_is_a_json_404() -> None:
     assert resp.status_code == 404
     assert resp.json() == {"error": {"code": "not_found", "message": "No such endpoint."}}
     assert Client().get("/no-such-page/").status_code == 404
+
+
+@pytest.fixture
+def default_in_own_folder(tmp_path: Path) -> Iterator[str]:
+    """The default deployment's copy is a folder of its own (registered from a store, say): its tokenizer files,
+    copied from the served model's folder (the weights are not read by a web process)."""
+    from deployments.models import ModelDeployment
+    from deployments.selection import forget_cached
+
+    source = Path(settings.ENGINE.model_path)
+    folder = tmp_path / "SmolLM2@store"
+    folder.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "config.json"):
+        if (source / name).is_file():
+            shutil.copy(source / name, folder / name)
+    default = ModelDeployment.objects.get(is_default=True)
+    ModelDeployment.objects.filter(pk=default.pk).update(local_path=str(folder))
+    forget_cached()
+    yield f"tokenizer:{default.name}@{default.version}"
+    forget_cached()
+
+
+@pytest.mark.django_db
+def test_readyz_waits_for_the_default_deployments_own_tokenizer(default_in_own_folder: str) -> None:
+    """A web process is ready once the default deployment's copy's tokenizer is loaded too, which the lifespan
+    startup's ``load_tokenizers`` does: until then its prompts would be answered 503."""
+    get_tokenizer()
+    resp = Client().get("/readyz")
+    assert resp.status_code == 503
+    assert resp.json()["checks"][default_in_own_folder] == "not loaded yet"
+    assert load_tokenizers() == []
+    resp = Client().get("/readyz")
+    assert resp.status_code == 200, resp.json()
+    assert resp.json()["checks"][default_in_own_folder] == "ok"

@@ -50,7 +50,8 @@ defaults
     timeout connect 2s
     timeout client 60s
     timeout server 60s
-    retries 2
+    timeout check 2s
+    retries 3
     option redispatch
 frontend web
     bind 127.0.0.1:{port}
@@ -73,7 +74,7 @@ def balanced(django_db_setup: None, django_db_blocker: Any, tmp_path: Path) -> I
     procs = {name: start_web(port, env) for name, port in ports.items()}
     front = free_port()
     servers = "\n".join(
-        f"    server {name} 127.0.0.1:{port} check inter 200ms fall 1 rise 2" for name, port in ports.items()
+        f"    server {name} 127.0.0.1:{port} check inter 300ms fall 3 rise 2" for name, port in ports.items()
     )
     config = tmp_path / "haproxy.cfg"
     config.write_text(HAPROXY_CONFIG.format(port=front, servers=servers))
