@@ -100,8 +100,15 @@ class SentinelSetup:
         return self.sentinels[0].client()
 
     def primary_port(self) -> int:
-        _host, port = self.sentinel_client().sentinel_get_master_addr_by_name(MASTER)  # type: ignore[misc]
-        return int(port)
+        """The primary's port once every Sentinel names the same one and none sees it down, as a client's
+        ``discover_master`` requires (right after a failover one Sentinel may still flag it); 0 until then."""
+        ports: set[int] = set()
+        for sentinel in self.sentinels:
+            state: dict[str, Any] = sentinel.client().sentinel_master(MASTER)  # type: ignore[assignment]
+            if not state.get("is_master") or state.get("is_sdown") or state.get("is_odown"):
+                return 0
+            ports.add(int(state["port"]))
+        return ports.pop() if len(ports) == 1 else 0
 
     def all_servers(self) -> list[Server]:
         return [self.primary, self.replica, *self.sentinels]
