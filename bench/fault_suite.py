@@ -58,7 +58,6 @@ import os
 import random
 import re
 import shutil
-import signal
 import sys
 import tempfile
 import threading
@@ -83,7 +82,7 @@ from bench.lib.fault_servers import (  # noqa: E402
     log,
     run_quiet,
 )
-from bench.lib.processes import celery_worker_argv, free_port  # noqa: E402
+from bench.lib.processes import celery_worker_argv, free_port, guard_teardown  # noqa: E402
 from bench.lib.stream_clients import (  # noqa: E402
     TERMINAL,
     Counters,
@@ -816,25 +815,13 @@ def main(argv: list[str] | None = None) -> int:
     private_redis = PrivateRedis(root, supervisor)
     results: list[FaultResult] = []
 
-    def on_signal(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, on_signal)
-
     def cleanup() -> None:
         supervisor.stop_all()
         postgres.stop()
         shutil.rmtree(root, ignore_errors=True)
 
-    # The watchdog: a wait that hangs past the bound still ends the suite, with everything stopped.
-    def watchdog() -> None:
-        log("watchdog: --max-seconds passed long ago; stopping everything")
-        cleanup()
-        os._exit(3)
-
-    timer = threading.Timer(args.max_seconds + 90, watchdog)
-    timer.daemon = True
-    timer.start()
+    # A wait that hangs past the bound still ends the suite, with everything stopped.
+    timer = guard_teardown(cleanup, after_s=args.max_seconds + 90, log=log)
     try:
         log(f"servers: Postgres on {postgres.port}, Redis on {private_redis.port} (in {root})")
         postgres.init()

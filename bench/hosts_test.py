@@ -65,7 +65,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.lib.fault_servers import PG_BIN, Budget, PrivatePostgres, Supervisor, log, run_quiet  # noqa: E402
-from bench.lib.processes import celery_worker_argv  # noqa: E402
+from bench.lib.processes import celery_worker_argv, guard_teardown  # noqa: E402
 from bench.lib.stream_clients import (  # noqa: E402
     TERMINAL,
     Counters,
@@ -861,11 +861,6 @@ def main(argv: list[str] | None = None) -> int:
     caches: dict[str, str] = {}
     cleaned = threading.Lock()
 
-    def on_signal(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, on_signal)
-
     def cleanup() -> None:
         if not cleaned.acquire(blocking=False):
             return
@@ -876,14 +871,7 @@ def main(argv: list[str] | None = None) -> int:
         topo.down()
         shutil.rmtree(root, ignore_errors=True)
 
-    def watchdog() -> None:
-        log("watchdog: --max-seconds passed long ago; tearing everything down")
-        cleanup()
-        os._exit(3)
-
-    timer = threading.Timer(args.max_seconds + 90, watchdog)
-    timer.daemon = True
-    timer.start()
+    timer = guard_teardown(cleanup, after_s=args.max_seconds + 90, log=log)
     failed_setup = ""
     try:
         stack, caches = build(topo, supervisor, root, postgres, quick=args.quick, via=args.redis_via)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import redis
 
-from bench.lib.processes import free_port
+from bench.lib.processes import free_port, stop_process_group
 
 ROOT = Path(__file__).resolve().parents[2]
 PG_BIN = Path(os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin"))
@@ -86,16 +86,8 @@ class Supervisor:
 
     def stop(self, name: str, *, grace_s: float = 10) -> None:
         proc = self.procs.pop(name, None)
-        if proc is None or proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+        if proc is not None:
+            stop_process_group(proc, grace_s=grace_s)
 
     def stop_all(self, names: list[str] | None = None) -> None:
         for name in list(self.procs) if names is None else names:

@@ -12,10 +12,11 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import quote
 
@@ -84,15 +85,38 @@ def celery_worker_argv(*, name: str, concurrency: int, events: bool = False) -> 
 
 
 def stop_process_group(proc: subprocess.Popen[bytes], *, grace_s: float = 15) -> None:
-    """SIGTERM to the process group started with ``start_new_session=True``, then SIGKILL after ``grace_s``."""
+    """SIGTERM to the process group started with ``start_new_session=True``, then SIGKILL after ``grace_s`` (a
+    group already gone is not an error)."""
     if proc.poll() is not None:
         return
-    os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
     try:
         proc.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=5)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+def guard_teardown(cleanup: Callable[[], None], *, after_s: float, log: Callable[[str], None]) -> threading.Timer:
+    """For a bench that starts servers of its own: SIGTERM raises ``KeyboardInterrupt`` (so the caller's
+    ``finally`` runs ``cleanup``), and a watchdog runs ``cleanup`` and ends the process (status 3) ``after_s`` from
+    now, should a wait hang. The caller cancels the returned timer before its own ``cleanup``."""
+
+    def on_signal(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    def watchdog() -> None:
+        log("watchdog: the time limit passed long ago; tearing everything down")
+        cleanup()
+        os._exit(3)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    timer = threading.Timer(after_s, watchdog)
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
 def wait_http(
