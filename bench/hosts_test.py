@@ -35,6 +35,13 @@ Faults, in this order, on the same stack (each with runs of its own, every one a
 - ``dispatcher_host_down``: the link of the dispatcher leader's host down: the standby takes over (prompts posted
   after the fault are dispatched by it).
 
+``--secure``: every Redis, Sentinel and Postgres link uses TLS (one throwaway CA; the servers' certificate names the
+hosts' addresses and every client checks it), and Redis loads the ACL file of ``manage.py redis_acl``: the web
+processes, workers and dispatchers log in as their own role's user, Celery's broker as ``celery``, the replica as
+``replica``, the Sentinels as ``sentinel`` (the Sentinels ask for a password of their own); ``default`` is off. The
+end of the run checks it held: no plain connection to Postgres from the network, a plain or anonymous connection to
+Redis refused, each role's user connected, and no command or key any role was refused (``ACL LOG`` of both servers).
+
 Prints a Markdown table (the fault suite's columns) and notes, and exits 1 when a count is not zero, a run never
 finished or a fault did not recover. Everything is torn down at the end, on an error, Ctrl-C or SIGTERM too.
 """
@@ -46,6 +53,7 @@ import contextlib
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -59,11 +67,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import httpx
+import psycopg
 import redis
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.lib.certificates import Certificates, make_certificates  # noqa: E402
 from bench.lib.fault_servers import PG_BIN, Budget, PrivatePostgres, Supervisor, log, run_quiet  # noqa: E402
 from bench.lib.processes import celery_worker_argv, guard_teardown  # noqa: E402
 from bench.lib.stream_clients import (  # noqa: E402
@@ -187,18 +197,92 @@ class Topology:
 # -- the servers on the data host ------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Security:
+    """``--secure``: the CA and certificate of every server, the Redis ACL file and its users' passwords."""
+
+    certs: Certificates
+    acl_file: Path
+    passwords: dict[str, str]
+    """Each ACL user's password: the roles (web, worker, dispatcher, celery), replica, sentinel and ``harness``
+    (this script's own checks; every command and key)."""
+    sentinel_password: str
+    """What the Sentinels themselves ask for (``requirepass``; they log in to each other with it)."""
+
+    @classmethod
+    def make(cls, root: Path, topo: Topology, env: dict[str, str]) -> Security:
+        folder = root / "tls"
+        certs = make_certificates(folder, addresses=[topo.addr(host) for host in HOSTS])
+        passwords = {name: secrets.token_hex(16) for name in ("web", "worker", "dispatcher", "celery")}
+        passwords |= {name: secrets.token_hex(16) for name in ("replica", "sentinel", "harness")}
+        acl_file = folder / "users.acl"
+        given = [f"--password={name}={passwords[name]}" for name in passwords if name != "harness"]
+        run_quiet([PYTHON, str(ROOT / "manage.py"), "redis_acl", "--out", str(acl_file), *given], env=env)
+        with acl_file.open("a") as handle:
+            handle.write(f"user harness on >{passwords['harness']} ~* &* +@all\n")
+        return cls(certs, acl_file, passwords, secrets.token_hex(16))
+
+    def tls_listen(self, port: int) -> str:
+        """A server's TLS port (no plain one); its own links (replication, a Sentinel's) use TLS too."""
+        return (
+            f"port 0\ntls-port {port}\ntls-cert-file {self.certs.cert}\ntls-key-file {self.certs.key}\n"
+            f"tls-ca-cert-file {self.certs.ca}\ntls-auth-clients no\ntls-replication yes\n"
+        )
+
+    def server_auth(self) -> str:
+        return f"aclfile {self.acl_file}\nmasteruser replica\nmasterauth {self.passwords['replica']}\n"
+
+    def sentinel_auth(self) -> str:
+        return (
+            f"requirepass {self.sentinel_password}\nsentinel auth-user {MASTER} sentinel\n"
+            f"sentinel auth-pass {MASTER} {self.passwords['sentinel']}\n"
+        )
+
+    def tls_client(self) -> dict[str, object]:
+        return {"ssl": True, "ssl_ca_certs": str(self.certs.ca), "ssl_check_hostname": True}
+
+    def role_env(self, role: str) -> dict[str, str]:
+        """A process's Redis variables: its role's user on ``rediss://`` through TLS Sentinels, Celery's broker as
+        ``celery``."""
+        return {
+            "REDIS_URL": f"rediss://{role}:{self.passwords[role]}@sentinel/0",
+            "CELERY_BROKER_URL": f"rediss://celery:{self.passwords['celery']}@sentinel/1",
+            "REDIS_TLS_CA_FILE": str(self.certs.ca),
+            "REDIS_SENTINEL_TLS": "1",
+            "REDIS_SENTINEL_PASSWORD": self.sentinel_password,
+        }
+
+
 REDIS_BASE = 'protected-mode no\nsave ""\nappendonly yes\nappendfsync everysec\nmaxclients 2000\n'
 
 
 class DataHost:
     """Redis primary and replica, the Sentinels (on three hosts), the moto S3 server; Postgres is separate."""
 
-    def __init__(self, topo: Topology, supervisor: Supervisor, root: Path) -> None:
+    def __init__(self, topo: Topology, supervisor: Supervisor, root: Path, security: Security | None = None) -> None:
         self.topo = topo
         self.supervisor = supervisor
         self.root = root
+        self.security = security
         self.ip = topo.addr("data")
         self.servers = {"redis-a": 6379, "redis-b": 6380}
+
+    def connect(self, host: str, port: int, *, sentinel: bool = False, **options: object) -> redis.Redis:
+        """A client of one server or Sentinel: with ``--secure`` over TLS as ``harness`` (a Sentinel: its
+        password)."""
+        if self.security is not None:
+            options |= self.security.tls_client()
+            if sentinel:
+                options["password"] = self.security.sentinel_password
+            else:
+                options |= {"username": "harness", "password": self.security.passwords["harness"]}
+        return redis.Redis(host=host, port=port, **options)  # type: ignore[arg-type]
+
+    def pings(self, host: str, port: int, *, sentinel: bool = False) -> bool:
+        try:
+            return bool(self.connect(host, port, sentinel=sentinel, socket_timeout=1, socket_connect_timeout=1).ping())
+        except redis.RedisError:
+            return False
 
     def _redis_conf(self, name: str, body: str) -> Path:
         folder = self.root / name
@@ -212,19 +296,27 @@ class DataHost:
         conf = self.root / name / "redis.conf"
         if not conf.exists():  # a restart keeps the config the Sentinels rewrote (replicaof the new primary)
             extra = "" if name == "redis-a" else f"replicaof {self.ip} {self.servers['redis-a']}\n"
-            self._redis_conf(name, f"port {port}\nbind {self.ip}\n{REDIS_BASE}{extra}")
+            if self.security is None:
+                listen = f"port {port}\n"
+            else:
+                listen = self.security.tls_listen(port) + self.security.server_auth()
+            self._redis_conf(name, f"{listen}bind {self.ip}\n{REDIS_BASE}{extra}")
         self.supervisor.spawn(name, [*self.topo.exec("data"), "redis-server", str(conf)], dict(os.environ))
-        wait_for(lambda: _pings(self.ip, port), deadline=time.monotonic() + 20, step=0.1)
-        if not _pings(self.ip, port):
+        wait_for(lambda: self.pings(self.ip, port), deadline=time.monotonic() + 20, step=0.1)
+        if not self.pings(self.ip, port):
             raise RuntimeError(f"{name} did not start: {self.supervisor.log_text(name)[-500:]}")
 
     def start_sentinels(self) -> None:
         for host in SENTINEL_HOSTS:
             name = f"sentinel-{host}"
             addr = self.topo.addr(host)
+            if self.security is None:
+                listen = "port 26379\n"
+            else:
+                listen = self.security.tls_listen(26379) + self.security.sentinel_auth()
             conf = self._redis_conf(
                 name,
-                f"port 26379\nbind {addr}\nprotected-mode no\n"
+                f"{listen}bind {addr}\nprotected-mode no\n"
                 f"sentinel monitor {MASTER} {self.ip} {self.servers['redis-a']} 2\n"
                 f"sentinel down-after-milliseconds {MASTER} 1500\nsentinel failover-timeout {MASTER} 10000\n",
             )
@@ -232,10 +324,11 @@ class DataHost:
                 name, [*self.topo.exec(host), "redis-server", str(conf), "--sentinel"], dict(os.environ)
             )
         for host in SENTINEL_HOSTS:
-            if not wait_for(lambda h=host: _pings(self.topo.addr(h), 26379), deadline=time.monotonic() + 20):  # type: ignore[misc]
+            up = lambda h=host: self.pings(self.topo.addr(h), 26379, sentinel=True)  # type: ignore[misc]  # noqa: E731
+            if not wait_for(up, deadline=time.monotonic() + 20):
                 raise RuntimeError(f"the Sentinel on {host} did not start")
         # A failover needs the Sentinels to know each other and the replica.
-        probe = redis.Redis(host=self.ip, port=26379, socket_timeout=2, decode_responses=True)
+        probe = self.connect(self.ip, 26379, sentinel=True, socket_timeout=2, decode_responses=True)
 
         def ready() -> bool:
             try:
@@ -255,7 +348,7 @@ class DataHost:
 
     def primary(self) -> str:
         """The supervisor name of the current primary, as the Sentinels say."""
-        probe = redis.Redis(host=self.ip, port=26379, socket_timeout=2, decode_responses=True)
+        probe = self.connect(self.ip, 26379, sentinel=True, socket_timeout=2, decode_responses=True)
         _host, port = probe.sentinel_get_master_addr_by_name(MASTER)  # type: ignore[misc]
         return next(name for name, p in self.servers.items() if p == int(port))
 
@@ -263,8 +356,15 @@ class DataHost:
         """A client of the current primary (the suite's own checks)."""
         from redis.sentinel import Sentinel
 
-        sentinel = Sentinel([(self.topo.addr(h), 26379) for h in SENTINEL_HOSTS], socket_timeout=2)
-        return sentinel.master_for(MASTER, socket_timeout=3, decode_responses=True)
+        security = self.security
+        sentinel_kwargs: dict[str, object] = {"socket_timeout": 2}
+        login: dict[str, object] = {}
+        if security is not None:
+            sentinel_kwargs |= {**security.tls_client(), "password": security.sentinel_password}
+            login = {**security.tls_client(), "username": "harness", "password": security.passwords["harness"]}
+        addresses = [(self.topo.addr(h), 26379) for h in SENTINEL_HOSTS]
+        sentinel = Sentinel(addresses, sentinel_kwargs=sentinel_kwargs, socket_timeout=2)
+        return sentinel.master_for(MASTER, socket_timeout=3, decode_responses=True, **login)
 
     def start_route(self) -> None:
         """``--redis-via route``: HAProxy on the data host, a TCP route to whichever server says role:master."""
@@ -285,7 +385,7 @@ class DataHost:
         self.supervisor.spawn(
             "redis-route", [*self.topo.exec("data"), "haproxy", "-db", "-f", str(config)], dict(os.environ)
         )
-        if not wait_for(lambda: _pings(self.ip, ROUTE_PORT), deadline=time.monotonic() + 20, step=0.2):
+        if not wait_for(lambda: self.pings(self.ip, ROUTE_PORT), deadline=time.monotonic() + 20, step=0.2):
             raise RuntimeError("the Redis route did not answer")
 
     def start_store(self) -> str:
@@ -301,13 +401,6 @@ class DataHost:
         if not wait_for(answers, deadline=time.monotonic() + 30, step=0.2):
             raise RuntimeError(f"the moto server did not answer: {self.supervisor.log_text('moto')[-500:]}")
         return url
-
-
-def _pings(host: str, port: int) -> bool:
-    try:
-        return bool(redis.Redis(host=host, port=port, socket_timeout=1, socket_connect_timeout=1).ping())
-    except redis.RedisError:
-        return False
 
 
 # -- the stack -------------------------------------------------------------------------------------------------
@@ -355,6 +448,11 @@ class Stack:
     slots: int
     workers: dict[str, str] = field(default_factory=dict)  # host -> Celery worker name
 
+    def env_of(self, role: str) -> dict[str, str]:
+        """A role's environment: with ``--secure`` its own Redis user (the base environment has the web's)."""
+        security = self.data.security
+        return self.env if security is None else dict(self.env, **security.role_env(role))
+
     @property
     def base_url(self) -> str:
         return f"http://{self.topo.addr('web')}:{BALANCER_PORT}"
@@ -362,7 +460,7 @@ class Stack:
     def start_web(self, name: str) -> None:
         argv = [*self.topo.exec("web"), UVICORN, "chatproject.asgi:application", "--host", "127.0.0.1"]
         argv += ["--port", str(WEB_PORTS[name]), "--no-access-log", "--timeout-graceful-shutdown", "2"]
-        self.supervisor.spawn(name, argv, self.env)
+        self.supervisor.spawn(name, argv, self.env_of("web"))
 
     def web_up(self, name: str) -> bool:
         """Whether the web process answers /readyz with 200 (asked from inside the web host): the tokenizers of the
@@ -385,7 +483,7 @@ class Stack:
     def start_worker(self, host: str, store_url: str) -> None:
         name = f"{host}@{self.topo.prefix}"
         env = dict(
-            self.env,
+            self.env_of("worker"),
             ENGINE_MAX_NUM_SEQS=str(self.slots),
             WORKER_DEPLOYMENT=f"{MODEL_NAME}@{MODEL_VERSION}",
             MODEL_CACHE_MODE="per_host",
@@ -401,7 +499,7 @@ class Stack:
 
     def start_dispatcher(self, host: str) -> None:
         self.supervisor.spawn(
-            host, [*self.topo.exec(host), PYTHON, str(ROOT / "manage.py"), "run_dispatcher"], self.env
+            host, [*self.topo.exec(host), PYTHON, str(ROOT / "manage.py"), "run_dispatcher"], self.env_of("dispatcher")
         )
 
     def wait_workers(self, *, timeout_s: float) -> None:
@@ -716,47 +814,52 @@ def missing_tools() -> list[str]:
 
 
 def build(
-    topo: Topology, supervisor: Supervisor, root: Path, postgres: PrivatePostgres, *, quick: bool, via: str
+    topo: Topology,
+    supervisor: Supervisor,
+    root: Path,
+    postgres: PrivatePostgres,
+    *,
+    quick: bool,
+    via: str,
+    secure: bool,
 ) -> tuple[Stack, dict[str, str]]:
     t0 = time.monotonic()
     topo.up()
     log(f"topology: bridge {topo.bridge} {topo.gateway}/24, namespaces {', '.join(topo.made)}")
-    postgres.init()
-    data = DataHost(topo, supervisor, root)
-    data.start_redis("redis-a")
-    data.start_redis("redis-b")
-    data.start_sentinels()
-    redis_env: dict[str, str]
-    if via == "route":
-        data.start_route()
-        redis_env = {
-            "REDIS_URL": f"redis://{data.ip}:{ROUTE_PORT}/0",
-            "CELERY_BROKER_URL": f"redis://{data.ip}:{ROUTE_PORT}/1",
-        }
-    else:
-        redis_env = {
-            "REDIS_SENTINELS": data.sentinels,
-            "REDIS_SENTINEL_MASTER": MASTER,
-            "REDIS_URL": "redis://sentinel/0",
-            "CELERY_BROKER_URL": "redis://sentinel/1",
-        }
-    store_url = data.start_store()
-    log(f"data host up ({time.monotonic() - t0:.0f} s): Postgres, Redis primary+replica, 3 Sentinels, S3 store")
     env = {
         k: v for k, v in os.environ.items() if k not in ("DJANGO_ALLOW_ASYNC_UNSAFE",) and not k.startswith("REDIS_")
     }
     env.pop("CELERY_BROKER_URL", None)
     env.update(BASE_ENV)
     env.update(
-        redis_env,
         SIM_OUTPUT_TOKENS="100" if quick else "160",
         DJANGO_SETTINGS_MODULE="chatproject.settings.base",
-        DATABASE_URL=postgres.url,
         PYTHONPATH=str(ROOT),
         PYTHONUNBUFFERED="1",
         NO_PROXY="*",
         DJANGO_ALLOWED_HOSTS=f"{topo.addr('web')},127.0.0.1,localhost",
     )
+    security = Security.make(root, topo, env) if secure else None
+    if security is not None:
+        postgres.tls = security.certs  # hostssl only, verify-full in its URL
+    env["DATABASE_URL"] = postgres.url
+    postgres.init()
+    data = DataHost(topo, supervisor, root, security)
+    data.start_redis("redis-a")
+    data.start_redis("redis-b")
+    data.start_sentinels()
+    if via == "route":
+        data.start_route()
+        env.update(REDIS_URL=f"redis://{data.ip}:{ROUTE_PORT}/0", CELERY_BROKER_URL=f"redis://{data.ip}:{ROUTE_PORT}/1")
+    else:
+        env.update(REDIS_SENTINELS=data.sentinels, REDIS_SENTINEL_MASTER=MASTER)
+        if security is None:
+            env.update(REDIS_URL="redis://sentinel/0", CELERY_BROKER_URL="redis://sentinel/1")
+        else:  # the set-up commands (an operator's, on the web host) run as the web's user
+            env.update(security.role_env("web"))
+    store_url = data.start_store()
+    tls = " over TLS, each role its own Redis user" if secure else ""
+    log(f"data host up ({time.monotonic() - t0:.0f} s): Postgres, Redis primary+replica, 3 Sentinels, S3 store{tls}")
     run_quiet([PYTHON, str(ROOT / "manage.py"), "migrate", "--verbosity", "0"], env=env, timeout=300)
     run_quiet([PYTHON, str(ROOT / "manage.py"), "prepare_model"], env=env, timeout=300)
     store_env = dict(
@@ -826,6 +929,65 @@ def build(
     return stack, caches
 
 
+def check_security(stack: Stack, postgres: PrivatePostgres) -> dict[str, object]:
+    """``--secure``, at the end of the run with every process still up: did it hold? Postgres: how many sessions
+    from the network use TLS and how many do not, and whether a plain login is refused; Redis: a plain and an
+    anonymous connection refused, the users the current primary's clients logged in as, and every ``ACL LOG``
+    entry of both servers (a command or key some role was refused)."""
+    data = stack.data
+    counts = postgres.query(
+        "SELECT count(*) FILTER (WHERE s.ssl), count(*) FILTER (WHERE NOT s.ssl) FROM pg_stat_activity a "
+        "JOIN pg_stat_ssl s USING (pid) WHERE a.client_addr IS NOT NULL"
+    ).split("|")
+    plain_url = f"postgres://chat:chat@{postgres.host}:{postgres.port}/{postgres.database}?sslmode=disable"
+    try:
+        psycopg.connect(plain_url, connect_timeout=5).close()
+        pg_plain_refused = ""
+    except psycopg.Error as exc:
+        pg_plain_refused = str(exc).strip().splitlines()[-1][:160]
+    primary_port = data.servers[data.primary()]
+
+    def refused(client: redis.Redis) -> str:
+        try:
+            client.ping()
+        except redis.RedisError as exc:
+            return f"{type(exc).__name__}: {exc}"[:160]
+        finally:
+            client.close()
+        return ""
+
+    plain = redis.Redis(host=data.ip, port=primary_port, socket_timeout=2, socket_connect_timeout=2)
+    security = data.security
+    assert security is not None
+    anonymous = redis.Redis(host=data.ip, port=primary_port, socket_timeout=2, **security.tls_client())  # type: ignore[arg-type]
+    primary = data.connect(data.ip, primary_port, socket_timeout=3, decode_responses=True)
+    users = sorted({str(c.get("user")) for c in primary.client_list()})
+    denied: list[str] = []
+    for name, port in data.servers.items():
+        with contextlib.suppress(redis.RedisError):
+            for entry in data.connect(data.ip, port, socket_timeout=3, decode_responses=True).acl_log():
+                denied.append(f"{name}: {entry.get('username')} {entry.get('reason')} {entry.get('object')}")
+    report: dict[str, object] = {
+        "postgres_tls_sessions": int(counts[0] or 0),
+        "postgres_plain_sessions": int(counts[1] or 0) if len(counts) > 1 else -1,
+        "postgres_plain_login_refused": pg_plain_refused,
+        "redis_plain_refused": refused(plain),
+        "redis_anonymous_refused": refused(anonymous),
+        "redis_users": users,
+        "redis_acl_denied": denied,
+    }
+    report["ok"] = bool(
+        report["postgres_tls_sessions"]
+        and report["postgres_plain_sessions"] == 0
+        and pg_plain_refused
+        and report["redis_plain_refused"]
+        and report["redis_anonymous_refused"]
+        and {"web", "worker", "dispatcher", "celery"} <= set(users)
+        and not denied
+    )
+    return report
+
+
 # -- main ------------------------------------------------------------------------------------------------------
 
 
@@ -834,6 +996,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fault", default="all", help=f"comma-separated, of {', '.join(FAULTS)} (default all)")
     parser.add_argument("--quick", action="store_true", help="fewer runs and shorter answers (CI)")
     parser.add_argument("--redis-via", choices=("sentinel", "route"), default="sentinel")
+    parser.add_argument(
+        "--secure", action="store_true", help="TLS on every Redis, Sentinel and Postgres link; a Redis user per role"
+    )
     parser.add_argument("--max-seconds", type=float, default=900, help="bound on the whole test (default 900)")
     parser.add_argument("--log-dir", type=Path, default=ROOT / "artifacts" / "hosts-test")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
@@ -842,6 +1007,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [f for f in faults if f not in FAULT_FUNCTIONS]
     if unknown:
         parser.error(f"unknown fault(s): {', '.join(unknown)}")
+    if args.secure and args.redis_via == "route":
+        parser.error("--secure needs --redis-via sentinel (the route's health check speaks plain Redis)")
     missing = missing_tools()
     if missing:
         print(f"hosts test: missing {', '.join(missing)} (scripts/hosts-test.sh installs the tools)", file=sys.stderr)
@@ -859,6 +1026,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     results: list[FaultResult] = []
     caches: dict[str, str] = {}
+    security: dict[str, object] = {}
     cleaned = threading.Lock()
 
     def cleanup() -> None:
@@ -874,7 +1042,9 @@ def main(argv: list[str] | None = None) -> int:
     timer = guard_teardown(cleanup, after_s=args.max_seconds + 90, log=log)
     failed_setup = ""
     try:
-        stack, caches = build(topo, supervisor, root, postgres, quick=args.quick, via=args.redis_via)
+        stack, caches = build(
+            topo, supervisor, root, postgres, quick=args.quick, via=args.redis_via, secure=args.secure
+        )
         for host in ("w1", "w2"):
             log(f"{host}: {caches[host] or 'its cache was NOT filled from the store'}")
         tokens = create_users(stack.env, USERS)
@@ -897,6 +1067,8 @@ def main(argv: list[str] | None = None) -> int:
             text = supervisor.log_text(name)
             if "Unrecoverable error" in text or (name in ("w1", "w2") and not supervisor.alive(name)):
                 results[-1].notes.append(f"{name}: died or logged an unrecoverable error: {_tail(text, 300)}")
+        if args.secure:
+            security = check_security(stack, postgres)
     except KeyboardInterrupt as exc:
         failed_setup = f"interrupted: {exc}"
     except Exception as exc:  # noqa: BLE001 - the set-up failed: say so, tear down, exit non-zero
@@ -906,13 +1078,17 @@ def main(argv: list[str] | None = None) -> int:
         timer.cancel()
         cleanup()
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    print(f"## hosts test ({args.redis_via}{', quick' if args.quick else ''}), {when}\n")
+    form = ", ".join([args.redis_via, *(["secure"] if args.secure else []), *(["quick"] if args.quick else [])])
+    print(f"## hosts test ({form}), {when}\n")
     print(table(results))
     print()
     print(f"- **caches**: w1: {caches.get('w1') or 'not filled'}; w2: {caches.get('w2') or 'not filled'}")
+    if args.secure:
+        print(f"- **security**: {json.dumps(security)}")
     print(notes(results))
     print(f"\n{time.monotonic() - started:.0f} s in all; logs in {args.log_dir}")
     ok = not failed_setup and all(caches.get(h) for h in ("w1", "w2")) and len(results) == len(faults)
+    ok = ok and (not args.secure or bool(security.get("ok")))
     for r in results:
         zero = (r.lost, r.duplicated, r.duplicate_messages, r.stuck, r.five_xx) == (0, 0, 0, 0, 0)
         ok = ok and not r.skipped and zero and r.runs > 0 and r.exact == r.runs and r.recover_s is not None
@@ -922,6 +1098,8 @@ def main(argv: list[str] | None = None) -> int:
         figures = {
             "redis_via": args.redis_via,
             "quick": args.quick,
+            "secure": args.secure,
+            "security": security,
             "ok": ok,
             "failed": failed_setup,
             "caches": caches,

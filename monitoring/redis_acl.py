@@ -28,6 +28,7 @@ Which role touches which prefix (from the code that runs in each process):
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from dataclasses import dataclass, field
 
@@ -135,7 +136,7 @@ def broker_key_patterns() -> tuple[str, ...]:
         _prefix(WORKER_QUEUE_PREFIX),
         "_kombu.*",
         "unacked*",
-        "*.pidbox",
+        "*.pidbox*",  # a worker's own, and its priority lists ("<name>.celery.pidbox\x06\x163")
         "celery*",
     )
 
@@ -166,9 +167,24 @@ def role_rights() -> dict[str, RoleRights]:
     }
 
 
+def default_user_line() -> str:
+    """``default``: on, with every key and all but the dangerous commands, and the hash of a random secret that is
+    thrown away, so no connection can log in as it (an anonymous one gets ``NOAUTH``).
+
+    Not ``user default off``: a server replaying its append-only file on a restart runs the commands as
+    ``default``, and Redis checks the ACL again at each ``EXEC`` (redis/redis#14541, fixed upstream by #14545 in
+    2025; Debian's 7.0.15 has it, valkey-io/valkey#3983 is the same). With ``default`` off, every write the file
+    holds inside ``MULTI``/``EXEC``, which is how a Lua script's writes are logged, is refused with ``NOPERM`` and
+    lost at the restart, silently. The hosts test found it (``ACL LOG`` of a restarted primary);
+    ``tests/project/test_redis_acl.py`` restarts a server."""
+    unreachable = hashlib.sha256(secrets.token_bytes(32)).hexdigest()
+    return f"user default on #{unreachable} resetchannels ~* +@all -@dangerous"
+
+
 def acl_lines(passwords: dict[str, str]) -> list[str]:
-    """The ACL file (``aclfile``): one ``user`` line per role and for the replica and Sentinels; ``default`` off."""
-    lines = ["user default off"]
+    """The ACL file (``aclfile``): one ``user`` line per role and for the replica and Sentinels, and ``default``
+    that nobody can log in as (:func:`default_user_line`)."""
+    lines = [default_user_line()]
     for role, rights in role_rights().items():
         parts = [f"user {role} on >{passwords[role]} resetkeys resetchannels"]
         parts += [f"~{pattern}" for pattern in rights.keys]

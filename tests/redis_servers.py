@@ -16,6 +16,9 @@ from typing import Any
 import pytest
 import redis
 
+from bench.lib.certificates import Certificates
+from bench.lib.certificates import make_certificates as bench_certificates
+
 PORTS = range(27000, 27100)
 PASSWORD = "ha-test-password"
 MASTER = "hatest"
@@ -189,35 +192,8 @@ def sentinel_setup(
             server.stop()
 
 
-@dataclass(frozen=True)
-class Certificates:
-    ca: Path
-    cert: Path
-    key: Path
-    other_ca: Path
-    """A CA that signed nothing here: a client that trusts only it must refuse the server."""
-
-
 def make_certificates(folder: Path) -> Certificates:
     """A throwaway CA and a server certificate it signed for ``localhost`` and ``127.0.0.1`` (``openssl``)."""
     if shutil.which("openssl") is None:
         pytest.skip("no openssl on PATH")
-    folder.mkdir(parents=True, exist_ok=True)
-
-    def openssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True)
-
-    for name in ("ca", "other-ca"):
-        openssl(
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN=test {name}",
-            "-keyout", f"{name}.key", "-out", f"{name}.pem",
-        )  # fmt: skip
-    openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-keyout", "server.key", "-out", "s.csr")
-    (folder / "san.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-    openssl(
-        "x509", "-req", "-in", "s.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2",
-        "-extfile", "san.ext", "-out", "server.pem",
-    )  # fmt: skip
-    return Certificates(
-        ca=folder / "ca.pem", cert=folder / "server.pem", key=folder / "server.key", other_ca=folder / "other-ca.pem"
-    )
+    return bench_certificates(folder)

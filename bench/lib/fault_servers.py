@@ -16,6 +16,7 @@ from pathlib import Path
 
 import redis
 
+from bench.lib.certificates import Certificates
 from bench.lib.processes import free_port, stop_process_group
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,7 +107,9 @@ class PrivatePostgres:
 
     ``host`` is the address it listens on, ``clients`` the network (CIDR) allowed in besides loopback (password
     login), ``prefix`` what its server commands run under (``ip netns exec NS``: the server lives in that network
-    namespace; the suite still reaches it through the socket in ``root``)."""
+    namespace; the suite still reaches it through the socket in ``root``). With ``tls`` the clients from that
+    network must use TLS (``hostssl``; ``hostnossl`` is rejected) and :attr:`url` asks for it, the server's name
+    checked against the CA (``sslmode=verify-full``)."""
 
     def __init__(
         self,
@@ -117,6 +120,7 @@ class PrivatePostgres:
         clients: str = "",
         prefix: tuple[str, ...] = (),
         database: str = "faults",
+        tls: Certificates | None = None,
     ) -> None:
         self.dir = root / "pg"
         self.data = self.dir / "data"
@@ -125,6 +129,7 @@ class PrivatePostgres:
         self.clients = clients
         self.prefix = prefix
         self.database = database
+        self.tls = tls
         self.as_root = os.geteuid() == 0
         self.started = False
 
@@ -134,7 +139,8 @@ class PrivatePostgres:
 
     @property
     def url(self) -> str:
-        return f"postgres://chat:chat@{self.host}:{self.port}/{self.database}"
+        url = f"postgres://chat:chat@{self.host}:{self.port}/{self.database}"
+        return url if self.tls is None else f"{url}?sslmode=verify-full&sslrootcert={self.tls.ca}"
 
     def init(self) -> None:
         self.dir.mkdir(parents=True)
@@ -145,7 +151,20 @@ class PrivatePostgres:
         )
         if self.clients:
             with (self.data / "pg_hba.conf").open("a") as hba:
-                hba.write(f"host all all {self.clients} scram-sha-256\n")
+                if self.tls is None:
+                    hba.write(f"host all all {self.clients} scram-sha-256\n")
+                else:
+                    hba.write(
+                        f"hostssl all all {self.clients} scram-sha-256\nhostnossl all all {self.clients} reject\n"
+                    )
+        if self.tls is not None:
+            # The server's key must be the server user's own, readable by it alone.
+            for source, name in ((self.tls.cert, "server.crt"), (self.tls.key, "server.key")):
+                target = self.data / name
+                shutil.copyfile(source, target)
+                target.chmod(0o600)
+                if self.as_root:
+                    shutil.chown(target, "postgres", "postgres")
         self.start()
         sql = f"CREATE ROLE chat LOGIN PASSWORD 'chat'; CREATE DATABASE {self.database} OWNER chat;"
         for statement in sql.split("; "):
@@ -155,11 +174,18 @@ class PrivatePostgres:
                 )
             )
 
+    def query(self, sql: str) -> str:
+        """One statement's rows as ``psql -At`` prints them, as the superuser through the socket."""
+        argv = [str(PG_BIN / "psql"), "-h", str(self.dir), "-p", str(self.port), "-U", "postgres", "-d", "postgres"]
+        return run_quiet(self._cmd(*argv, "-Atc", sql)).strip()
+
     def _pg_ctl(self, *args: str) -> None:
         run_quiet(self._cmd(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-w", "-t", "60", *args))
 
     def start(self) -> None:
         options = f"-p {self.port} -k {self.dir} -c listen_addresses={self.host} -c max_connections=200"
+        if self.tls is not None:
+            options += " -c ssl=on -c ssl_cert_file=server.crt -c ssl_key_file=server.key"
         self._pg_ctl("-l", str(self.dir / "postgres.log"), "-o", options, "start")
         self.started = True
 

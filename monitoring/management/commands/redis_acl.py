@@ -1,7 +1,8 @@
 """``python manage.py redis_acl [--out FILE] [--password ROLE=SECRET ...]``: the Redis ACL file of the roles.
 
 One user per role (web, worker, dispatcher, celery) limited to the keys and commands that role's code uses
-(``monitoring.redis_acl``), plus ``replica`` and ``sentinel`` for the servers; ``default`` is turned off. A user
+(``monitoring.redis_acl``), plus ``replica`` and ``sentinel`` for the servers; nobody can log in as ``default`` (its
+password is a thrown-away secret's hash; ``monitoring.redis_acl.default_user_line`` says why it is not off). A user
 without ``--password`` gets a random one. With ``--out`` the file is written with mode 600 (load it with
 ``aclfile <path>`` in redis.conf); without, it is printed.
 """
