@@ -294,14 +294,24 @@ class DataHost:
     def start_redis(self, name: str) -> None:
         port = self.servers[name]
         conf = self.root / name / "redis.conf"
-        if not conf.exists():  # a restart keeps the config the Sentinels rewrote (replicaof the new primary)
+        args: list[str] = []
+        if conf.exists():
+            # A restart of the old primary: as a replica of the current one from its first second. Its own config
+            # has no replicaof (the Sentinels could not rewrite it: it was dead), and started as it is it would
+            # serve as a primary until the Sentinels turn it (what a client routed by role:master writes there
+            # meanwhile is lost: the split-brain window --redis-via route showed).
+            probe = self.connect(self.ip, 26379, sentinel=True, socket_timeout=2, decode_responses=True)
+            host, current = probe.sentinel_get_master_addr_by_name(MASTER)  # type: ignore[misc]
+            if int(current) != port:
+                args = ["--replicaof", str(host), str(current)]
+        else:
             extra = "" if name == "redis-a" else f"replicaof {self.ip} {self.servers['redis-a']}\n"
             if self.security is None:
                 listen = f"port {port}\n"
             else:
                 listen = self.security.tls_listen(port) + self.security.server_auth()
             self._redis_conf(name, f"{listen}bind {self.ip}\n{REDIS_BASE}{extra}")
-        self.supervisor.spawn(name, [*self.topo.exec("data"), "redis-server", str(conf)], dict(os.environ))
+        self.supervisor.spawn(name, [*self.topo.exec("data"), "redis-server", str(conf), *args], dict(os.environ))
         wait_for(lambda: self.pings(self.ip, port), deadline=time.monotonic() + 20, step=0.1)
         if not self.pings(self.ip, port):
             raise RuntimeError(f"{name} did not start: {self.supervisor.log_text(name)[-500:]}")
