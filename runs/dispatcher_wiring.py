@@ -16,8 +16,8 @@ from generation.worker_contract import worker_heartbeats
 from runs.dispatcher_figures import DispatcherFigures
 from runs.models import RunStatus
 from runs.reaper import reap_orphaned_runs, requeue_lost_runs
-from runs.routing import send_to_worker
-from runs.streaming.contract import RunStreamWriter, StreamEvent
+from runs.routing import Dispatch, send_to_worker, send_to_workers
+from runs.streaming.contract import StreamEvent, append_to_many
 from scheduling.dispatcher import Dispatcher, DispatcherSettings
 from scheduling.gate import EngineSample, GatePolicy, TierGate, parse_gates
 from scheduling.policy import FairPolicy, QueuedRun, TierSpec
@@ -49,11 +49,22 @@ def send_run(run: QueuedRun) -> None:
     send_to_worker(run_id=run.run_id, queue=run.tier, engine_priority=run.engine_priority, deployment=run.deployment)
 
 
+def send_runs(runs: list[QueuedRun]) -> list[QueuedRun]:
+    """A tick's runs, sent with one routing query (``runs.routing.send_to_workers``); returns those not sent."""
+    dispatches = [Dispatch(r.run_id, r.tier, r.engine_priority, r.deployment) for r in runs]
+    failed = send_to_workers(dispatches)
+    for dispatch, exc in failed:
+        logger.error("sending run %s failed (%s); it goes back to its queue", dispatch.run_id, exc)
+    lost = {dispatch.run_id for dispatch, _exc in failed}
+    return [run for run in runs if run.run_id in lost]
+
+
 def publish_positions(positions: dict[int, Position]) -> None:
-    """A ``status`` event on each run's stream whose position or estimated wait changed."""
-    client = get_redis()
-    for run_id, pos in positions.items():
-        RunStreamWriter(run_id, client=client).append(
+    """A ``status`` event on each run's stream whose position or estimated wait changed (two round trips in all:
+    :func:`runs.streaming.contract.append_to_many`)."""
+    events = [
+        (
+            run_id,
             StreamEvent.STATUS,
             {
                 "status": RunStatus.QUEUED,
@@ -61,6 +72,16 @@ def publish_positions(positions: dict[int, Position]) -> None:
                 "estimated_wait_s": pos.estimated_wait_s,
             },
         )
+        for run_id, pos in positions.items()
+    ]
+    for start in range(0, len(events), POSITIONS_PER_PIPELINE):
+        refused = append_to_many(events[start : start + POSITIONS_PER_PIPELINE], client=get_redis())
+        if refused:
+            logger.debug("%d queue positions were not written: their runs had started", refused)
+
+
+POSITIONS_PER_PIPELINE = 500
+"""Status events per pipeline: a bounded reply to parse at a time (``max_positions`` is 1,000 by default)."""
 
 
 class Housekeeping:
@@ -107,6 +128,7 @@ def build_dispatcher(*, use_leader_lock: bool = True) -> Dispatcher:
         ),
         stats=engine_samples,
         send=send_run,
+        send_batch=send_runs,
         on_positions=publish_positions,
         use_leader_lock=use_leader_lock,
         housekeeping=Housekeeping(),

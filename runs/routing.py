@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -39,15 +40,15 @@ def previous_worker_load(worker: str) -> list[WorkerLoad]:
     ]
 
 
-def _run_for_dispatch(run_id: int) -> Run | None:
-    """What routing and the ``dispatched`` line need of the run: its ids, tier, model and chat's last worker
-    (one query). None if the run is gone."""
-    return (
+def _runs_for_dispatch(run_ids: list[int]) -> dict[int, Run]:
+    """What routing and the ``dispatched`` line need of the runs: their ids, tier, model and chat's last worker
+    (one query for them all). A run that is gone is missing."""
+    rows = (
         Run.objects.select_related("tier", "chat")
         .only("id", "user", "model", "worker", "tier__name", "chat__last_worker")
-        .filter(pk=run_id)
-        .first()
+        .filter(pk__in=run_ids)
     )
+    return {run.pk: run for run in rows}
 
 
 def route_run(*, run: Run | None, tier_queue: str, deployment: str = "") -> Route:
@@ -66,32 +67,65 @@ def route_run(*, run: Run | None, tier_queue: str, deployment: str = "") -> Rout
     )
 
 
-def route_run_or_tier_queue(*, run_id: int, tier_queue: str, deployment: str = "") -> tuple[Route, Run | None]:
-    """The :func:`route_run` of the run (and the run); the tier queue if a lookup fails (routing never blocks
-    a run)."""
-    run = None
+@dataclass(frozen=True)
+class Dispatch:
+    """One ``generate(run_id)`` to publish: the run's tier queue, vLLM's priority the dispatcher chose (None: the
+    run's tier priority), the run's deployment (``name@version``; empty: the plain tier queue)."""
+
+    run_id: int
+    queue: str
+    engine_priority: int | None = None
+    deployment: str = ""
+
+
+def send_to_workers(dispatches: list[Dispatch]) -> list[tuple[Dispatch, Exception]]:
+    """Publishes each :class:`Dispatch` as :func:`send_to_worker` does, with one routing query for them all (the
+    dispatcher sends a tick's runs at once). Routing never blocks a run: when a lookup fails, the run goes to its
+    tier queue. Returns the dispatches that could not be published, with the error."""
+    unknown = sorted({d.queue for d in dispatches} - set(settings.CELERY_TASK_QUEUES_ORDER))
+    if unknown:
+        raise ValueError(f"unknown worker queue(s) {unknown}")
+    runs: dict[int, Run] = {}
+    looked_up = True
     try:
         with reconnect_after_db_error():  # Postgres restarted: the next lookup connects again
-            run = _run_for_dispatch(run_id)
-        return route_run(run=run, tier_queue=tier_queue, deployment=deployment), run
-    except Exception:  # a Redis or database hiccup: any worker will do
-        logger.exception("run %s: chat affinity lookup failed; using the tier queue", run_id)
-        return Route(queue=tier_queue, worker=None, reason="affinity_lookup_failed"), run
+            runs = _runs_for_dispatch([d.run_id for d in dispatches])
+    except Exception:  # a database hiccup: any worker will do
+        logger.exception("chat affinity lookup of %d runs failed; using the tier queues", len(dispatches))
+        looked_up = False
+    failed: list[tuple[Dispatch, Exception]] = []
+    for dispatch in dispatches:
+        try:
+            _publish(dispatch, runs.get(dispatch.run_id), looked_up=looked_up)
+        except Exception as exc:  # noqa: BLE001 - the caller puts the run back
+            failed.append((dispatch, exc))
+    return failed
+
+
+def _publish(dispatch: Dispatch, run: Run | None, *, looked_up: bool) -> None:
+    run_id, queue = dispatch.run_id, dispatch.queue
+    tier_queue = deployment_queue(queue, dispatch.deployment) if dispatch.deployment else queue
+    route = Route(queue=tier_queue, worker=None, reason="affinity_lookup_failed")
+    if looked_up:
+        try:
+            route = route_run(run=run, tier_queue=tier_queue, deployment=dispatch.deployment)
+        except Exception:  # a Redis hiccup reading the previous worker's heartbeat: any worker will do
+            logger.exception("run %s: chat affinity lookup failed; using the tier queue", run_id)
+    send_generate(run_id=run_id, queue=route.queue, engine_priority=dispatch.engine_priority)
+    message = f"run {run_id} sent to queue {route.queue} ({route.reason})"
+    fields: dict[str, Any] = {"queue": route.queue, "route": route.reason, "engine_priority": dispatch.engine_priority}
+    if run is None:  # gone, or its lookup failed: the line still says where it went
+        log_step(RunStep.DISPATCHED, message, run_id=run_id, user_id=None, tier=queue, **fields)
+    else:
+        log_run_step(RunStep.DISPATCHED, run, message, worker=route.worker or "", **fields)
 
 
 def send_to_worker(*, run_id: int, queue: str, engine_priority: int | None = None, deployment: str = "") -> None:
     """Publishes ``generate(run_id)`` for the tier ``queue``: on the chat's previous worker's queue when
     affinity applies (and that worker serves ``deployment``), else on the deployment's tier queue
     (``pro.name@version``; the plain tier queue for a run without one); the workers drain their tier queues in
-    order. ``engine_priority``: vLLM's priority the dispatcher chose (None: the run's tier priority)."""
-    if queue not in settings.CELERY_TASK_QUEUES_ORDER:
-        raise ValueError(f"unknown worker queue {queue!r}")
-    tier_queue = deployment_queue(queue, deployment) if deployment else queue
-    route, run = route_run_or_tier_queue(run_id=run_id, tier_queue=tier_queue, deployment=deployment)
-    send_generate(run_id=run_id, queue=route.queue, engine_priority=engine_priority)
-    message = f"run {run_id} sent to queue {route.queue} ({route.reason})"
-    fields: dict[str, Any] = {"queue": route.queue, "route": route.reason, "engine_priority": engine_priority}
-    if run is None:  # gone, or its lookup failed: the line still says where it went
-        log_step(RunStep.DISPATCHED, message, run_id=run_id, user_id=None, tier=queue, **fields)
-    else:
-        log_run_step(RunStep.DISPATCHED, run, message, worker=route.worker or "", **fields)
+    order. ``engine_priority``: vLLM's priority the dispatcher chose (None: the run's tier priority). Raises what
+    the publish raised."""
+    failed = send_to_workers([Dispatch(run_id, queue, engine_priority, deployment)])
+    if failed:
+        raise failed[0][1]

@@ -145,6 +145,7 @@ class Dispatcher:
         use_leader_lock: bool = True,
         housekeeping: Callable[[], object] | None = None,
         observer: DispatchObserver | None = None,
+        send_batch: Callable[[list[QueuedRun]], list[QueuedRun]] | None = None,
     ) -> None:
         self.store = store
         self.policy = policy
@@ -157,6 +158,9 @@ class Dispatcher:
         self.use_leader_lock = use_leader_lock
         self.housekeeping = housekeeping
         self.observer = observer
+        self.send_batch = send_batch
+        """Sends every run a tick chose at once and returns those it could not send (the wiring's: one routing
+        query for them all); None: ``send`` each in turn, stopping at the first failure."""
         self._last_housekeeping_at = float("-inf")
         self.token = store.new_lock_token()
         self._dispatch_times: deque[float] = deque()
@@ -201,9 +205,9 @@ class Dispatcher:
             self.policy.refund(tier, user_id, amount)
         load, busy = self.current_load()
         self.last_load = load
-        sent: list[QueuedRun] = []
+        chosen: list[QueuedRun] = []
         attempts = 0
-        while len(sent) < self.settings.max_per_tick and attempts < 2 * self.settings.max_per_tick:
+        while len(chosen) < self.settings.max_per_tick and attempts < 2 * self.settings.max_per_tick:
             attempts += 1
             heads = self.store.heads()
             self.policy.sync(heads)
@@ -220,22 +224,13 @@ class Dispatcher:
                     share=fair_slot_share(load.slots, busy, heads),
                 ),
             )
-            try:
-                self.send(run)
-            except Exception:
-                logger.exception("sending run %s failed; it goes back to its queue", run.run_id)
-                self.store.remove(run.run_id)
-                self.store.push(run)
-                break
-            self.policy.charge(run, heads)
+            self.policy.charge(run, heads)  # (the next choice of this tick counts it)
             busy[run.user_id] = busy.get(run.user_id, 0) + 1
-            sent.append(run)
-            self._dispatch_times.append(self.clock())
-            if self.observer is not None:
-                self._observe(partial(self.observer.decided, run, waited_s=max(0.0, self.clock() - run.enqueued_at)))
+            chosen.append(run)
             load = _one_more(load)
             if run.deployment:
                 self.deployment_loads[run.deployment] = _one_more(self._load_of(run.deployment))
+        sent = self._send(chosen, busy)
         self.store.save_policy(self.policy.to_dict())
         if self.observer is not None:
             tiers = [tier for tier in self.store.tiers if tier in self.gate.gates]
@@ -257,6 +252,41 @@ class Dispatcher:
                 self.housekeeping()
             except Exception:
                 logger.exception("dispatcher housekeeping failed")
+        return sent
+
+    def _send(self, chosen: list[QueuedRun], busy: dict[int, int]) -> list[QueuedRun]:
+        """Sends the runs the tick chose (claimed, charged); a run that could not be sent goes back to its queue
+        and its charge is refunded. Returns the runs sent."""
+        if not chosen:
+            return []
+        failed: list[QueuedRun]
+        if self.send_batch is not None:
+            try:
+                failed = self.send_batch(chosen)
+            except Exception:
+                logger.exception("sending %d runs failed; they go back to their queues", len(chosen))
+                failed = list(chosen)
+        else:
+            failed = []
+            for i, run in enumerate(chosen):
+                try:
+                    self.send(run)
+                except Exception:
+                    logger.exception("sending run %s failed; it goes back to its queue", run.run_id)
+                    failed = chosen[i:]  # the broker is likely down: the rest wait for the next tick
+                    break
+        lost = {run.run_id for run in failed}
+        for run in failed:
+            self.store.remove(run.run_id)
+            self.store.push(replace(run, engine_priority=None))
+            self.policy.refund(run.tier, run.user_id, run.cost / max(run.weight, 1e-6))
+            busy[run.user_id] = max(0, busy.get(run.user_id, 0) - 1)
+        sent = [run for run in chosen if run.run_id not in lost]
+        now = self.clock()
+        for run in sent:
+            self._dispatch_times.append(now)
+            if self.observer is not None:
+                self._observe(partial(self.observer.decided, run, waited_s=max(0.0, now - run.enqueued_at)))
         return sent
 
     def _observe(self, report: Callable[[], object]) -> None:

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,17 +68,22 @@ def high_limits_user() -> str:
     """A pro user with an API token whose limits no level reaches; returns the token."""
     from rest_framework.authtoken.models import Token
 
+    return str(Token.objects.create(user=unlimited_user("e2e-bench")).key)
+
+
+def unlimited_user(prefix: str) -> Any:
+    """A pro user (named ``<prefix>-<random>``) whose limits no bench reaches."""
     from accounts.models import Tier, User, UserLimitOverride
 
-    user = User.objects.create(username=f"e2e-bench-{uuid.uuid4().hex[:10]}", tier=Tier.objects.get(name="pro"))
+    user = User.objects.create(username=f"{prefix}-{uuid.uuid4().hex[:10]}", tier=Tier.objects.get(name="pro"))
     UserLimitOverride.objects.create(
         user=user,
-        max_concurrent_runs=1000,
+        max_concurrent_runs=30_000,
         bucket_capacity_tokens=1_000_000_000,
         bucket_refill_per_s=1_000_000,
-        note="e2e bench",
+        note=prefix,
     )
-    return str(Token.objects.create(user=user).key)
+    return user
 
 
 def spawn(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:

@@ -137,11 +137,12 @@ class RunStreamWriter:
     strictly increasing and clients resuming with ``Last-Event-ID`` never miss the ``reset`` event.
     """
 
-    def __init__(self, run_id: int, *, client: redis.Redis | None = None) -> None:
+    def __init__(self, run_id: int, *, client: redis.Redis | None = None, seq: int | None = None) -> None:
         self.run_id = run_id
         self.key = stream_key(run_id)
         self.client = client or get_redis()
-        self.seq = last_seq(run_id, client=self.client)
+        self.seq = last_seq(run_id, client=self.client) if seq is None else seq
+        """The last id written (given: read by the caller, as :func:`append_to_many` does for many runs)."""
         self._expiry_set = False
         self._active_refreshed_at = 0.0
         self.gap: tuple[int, int] | None = None
@@ -207,6 +208,26 @@ class RunStreamWriter:
             pipe.zadd(active_streams_key(), {str(self.run_id): now})
             self._active_refreshed_at = now
         return self.seq
+
+
+def append_to_many(events: list[tuple[int, StreamEvent, dict[str, Any]]], *, client: redis.Redis | None = None) -> int:
+    """One event on each of many runs' streams in two round trips: every stream's last id, then every append
+    (the dispatcher's queue positions, up to ``max_positions`` runs at a time, which took two round trips a run).
+    An append whose id the run's own writer took meanwhile (it was dispatched and started) is refused by Redis
+    and skipped: the run's status has moved on. Returns how many appends were refused."""
+    if not events:
+        return 0
+    client = client or get_redis()
+    reads = client.pipeline(transaction=False)
+    for run_id, _event, _data in events:
+        reads.xrevrange(stream_key(run_id), count=1)
+    lasts = reads.execute()
+    writes = client.pipeline(transaction=False)
+    for (run_id, event, data), last in zip(events, lasts, strict=True):
+        seq = int(last[0][0].split("-", 1)[1]) if last else 0
+        RunStreamWriter(run_id, client=client, seq=seq).queue(writes, event, data)
+    replies = writes.execute(raise_on_error=False)
+    return sum(isinstance(reply, redis.ResponseError) for reply in replies)
 
 
 def run_terminal_event(run: Run) -> tuple[StreamEvent, dict[str, Any]]:

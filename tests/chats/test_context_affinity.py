@@ -17,7 +17,8 @@ from pytest_django.fixtures import Settings
 from generation.worker_contract import GENERATE_TASK, WorkerHeartbeat, write_heartbeat
 from inference_workers.affinity import consume_own_queue
 from inference_workers.deployment import worker_deployment
-from runs.routing import send_to_worker
+from runs import routing
+from runs.routing import Dispatch, send_to_worker, send_to_workers
 from scheduling.affinity import WorkerLoad, choose_route, worker_queue
 from tests.factories import ChatFactory, RunFactory
 
@@ -101,6 +102,37 @@ def test_send_to_worker_pins_a_run_to_its_chats_previous_worker(clean_redis: red
     send_to_worker(run_id=run.pk, queue="free")
     assert _sent_to("free") == [[run.pk]] and _sent_to(worker_queue("gpu-a@host")) == []
     assert GENERATE_TASK.startswith("inference_workers")
+
+
+@pytest.mark.django_db
+def test_a_batch_is_routed_with_one_query_and_a_failed_publish_loses_only_its_own_run(
+    clean_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch, django_assert_num_queries: Any
+) -> None:
+    pinned = RunFactory.create(chat=ChatFactory.create(last_worker="gpu-a@host"))
+    others = [RunFactory.create() for _ in range(3)]
+    for queue in ("free", worker_queue("gpu-a@host")):
+        _sent_to(queue)
+    _beat(clean_redis, "gpu-a@host", running=1)
+    dispatches = [Dispatch(run.pk, "free") for run in (pinned, *others)]
+    with django_assert_num_queries(1):  # the routing of the four: one query, not one a run
+        assert send_to_workers(dispatches) == []
+    assert _sent_to(worker_queue("gpu-a@host")) == [[pinned.pk]]
+    assert sorted(_sent_to("free")) == [[run.pk] for run in others]
+
+    real = routing.send_generate
+
+    def broker_refuses_one(*, run_id: int, queue: str, engine_priority: int | None = None) -> None:
+        if run_id == others[1].pk:
+            raise ConnectionError("broker refused it")
+        real(run_id=run_id, queue=queue, engine_priority=engine_priority)
+
+    monkeypatch.setattr(routing, "send_generate", broker_refuses_one)
+    failed = send_to_workers([Dispatch(run.pk, "free") for run in others])
+    assert [(d.run_id, str(exc)) for d, exc in failed] == [(others[1].pk, "broker refused it")]
+    assert sorted(_sent_to("free")) == [[others[0].pk], [others[2].pk]]
+    with pytest.raises(ValueError, match="unknown worker queue"):
+        send_to_workers([Dispatch(others[0].pk, "no-such-tier")])
+    assert _sent_to("free") == []  # nothing of a batch with a wrong queue is sent
 
 
 @pytest.mark.django_db

@@ -183,6 +183,7 @@ def test_spill_reads_the_gates_the_dispatcher_published_and_the_free_tier_spills
     dispatcher = build_dispatcher()
     sent: list[QueuedRun] = []
     dispatcher.send = sent.append
+    dispatcher.send_batch = None  # each run through the test's send, not Celery
     dispatcher.housekeeping = None  # the reaper is not what this is about
     dispatcher.tick()  # nothing queued: it only publishes the gates
 

@@ -67,6 +67,7 @@ def test_a_tick_records_decisions_queue_wait_and_gates_and_metrics_shows_them(
     dispatcher = build_dispatcher()
     sent: list[QueuedRun] = []
     dispatcher.send = sent.append
+    dispatcher.send_batch = None  # each run through the test's send, not Celery
     dispatcher.tick()
     dispatched_at = time.time()
     assert [r.run_id for r in sent] == [run.pk]

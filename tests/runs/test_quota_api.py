@@ -18,6 +18,7 @@ from runs.lifecycle import run_fail, run_finish, run_mark_streaming
 from runs.models import Run, RunStatus
 from runs.queueing import get_scheduler_store
 from runs.quota import bucket_limits, get_token_buckets
+from runs.routing import Dispatch
 from runs.selectors import run_queue_positions
 from runs.services import run_cancel
 from runs.streaming.contract import read_after
@@ -169,11 +170,16 @@ def test_dispatcher_sends_queued_runs_to_their_tier_queue(api: APIClient, user: 
     sent: list[tuple[int, str, int | None]] = []
     deployments: list[str] = []
 
-    def send(*, run_id: int, queue: str, engine_priority: int | None, deployment: str) -> None:
-        sent.append((run_id, queue, engine_priority))
-        deployments.append(deployment)
+    batches: list[int] = []
 
-    monkeypatch.setattr("runs.dispatcher_wiring.send_to_worker", send)
+    def send(dispatches: list[Dispatch]) -> list[tuple[Dispatch, Exception]]:
+        batches.append(len(dispatches))
+        for d in dispatches:
+            sent.append((d.run_id, d.queue, d.engine_priority))
+            deployments.append(d.deployment)
+        return []
+
+    monkeypatch.setattr("runs.dispatcher_wiring.send_to_workers", send)
     first, second = (post(api, user)[1]["run"]["id"] for _ in range(2))
     dispatcher = build_dispatcher()
     dispatcher.stats = lambda: []  # no worker: the fallback cap (8 in flight) lets both go
@@ -181,6 +187,7 @@ def test_dispatcher_sends_queued_runs_to_their_tier_queue(api: APIClient, user: 
     # vLLM's priority: the free tier's (2) x 10, then the user's band: no worker reports slots, so a user's
     # share is one run; nothing in flight is band 0, one run in flight already band 1.
     assert sent == [(first, "free", 20), (second, "free", 21)]
+    assert batches == [2]  # the tick's runs in one batch: one routing query for both
     served = Run.objects.select_related("deployment").get(pk=first).deployment
     assert served is not None and deployments == [served.key] * 2  # each goes to its deployment's queues
     assert Run.objects.get(pk=first).status == RunStatus.QUEUED  # the worker marks it streaming

@@ -25,6 +25,8 @@ from runs.streaming.contract import (
     StreamEntry,
     StreamEvent,
     active_streams_key,
+    append_to_many,
+    read_after,
     stream_key,
 )
 from runs.streaming.follow import coalesce, final_state_entries
@@ -63,6 +65,49 @@ def test_writers_register_in_the_active_set_until_their_terminal_event(clean_red
     # A crashed worker's run stops counting once its entry is stale.
     clean_redis.zadd(active_streams_key(), {"2": time.time() - ACTIVE_STALE_S - 1})
     assert count_active_streams() == 0
+
+
+def test_append_to_many_numbers_each_stream_after_its_last_entry_in_two_round_trips(
+    clean_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    RunStreamWriter(11).append(StreamEvent.STATUS, {"status": "queued", "queue_position": 3})
+    RunStreamWriter(11).append(StreamEvent.STATUS, {"status": "queued", "queue_position": 2})
+    executed: list[int] = []
+    real_execute = redis.client.Pipeline.execute
+
+    def counting(pipe: redis.client.Pipeline, raise_on_error: bool = True) -> list[Any]:
+        executed.append(len(pipe.command_stack))
+        return real_execute(pipe, raise_on_error)
+
+    monkeypatch.setattr(redis.client.Pipeline, "execute", counting)
+    events = [
+        (run_id, StreamEvent.STATUS, {"status": "queued", "queue_position": p}) for run_id, p in ((11, 1), (12, 4))
+    ]
+    assert append_to_many(events, client=clean_redis) == 0
+    assert len(executed) == 2  # the last ids, then every append: not two round trips a run
+    assert [(e.seq, e.data["queue_position"]) for e in read_after(11, 0)] == [(1, 3), (2, 2), (3, 1)]
+    assert [(e.seq, e.data["queue_position"]) for e in read_after(12, 0)] == [(1, 4)]
+    assert count_active_streams() == 2  # as RunStreamWriter.append: the TTL and the active set with the first
+
+
+def test_append_to_many_skips_a_stream_whose_next_id_was_taken_meanwhile(
+    clean_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run 21 was dispatched between the read of its last id and the append: its worker wrote id 1 first."""
+    real_queue = RunStreamWriter.queue
+    raced: list[int] = []
+
+    def worker_first(writer: RunStreamWriter, pipe: redis.client.Pipeline, event: StreamEvent, data: dict) -> int:  # type: ignore[type-arg]
+        if writer.run_id == 21 and not raced:
+            raced.append(21)
+            RunStreamWriter(21, client=clean_redis).append(StreamEvent.DELTA, {"text": "Hi"})
+        return real_queue(writer, pipe, event, data)
+
+    monkeypatch.setattr(RunStreamWriter, "queue", worker_first)
+    events = [(run_id, StreamEvent.STATUS, {"status": "queued", "queue_position": 1}) for run_id in (21, 22)]
+    assert append_to_many(events, client=clean_redis) == 1
+    assert [(e.seq, e.event) for e in read_after(21, 0)] == [(1, StreamEvent.DELTA)]  # the worker's entry stands
+    assert [(e.seq, e.event) for e in read_after(22, 0)] == [(1, StreamEvent.STATUS)]
 
 
 def test_coalesce_merges_consecutive_deltas_and_keeps_the_last_id() -> None:

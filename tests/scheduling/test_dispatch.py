@@ -204,6 +204,27 @@ def test_send_failure_puts_the_run_back(store: QueueStore) -> None:
     assert store.queue_depth("free") == 1 and store.in_flight(now=clock.now, ttl_s=3600).total == 0
 
 
+def test_a_tick_sends_its_runs_in_one_batch_and_puts_back_those_not_sent(store: QueueStore) -> None:
+    clock = FakeClock()
+    for i in range(4):
+        store.push(q(i + 1, user=i % 2))
+    batches: list[list[int]] = []
+
+    def send_batch(runs: list[QueuedRun]) -> list[QueuedRun]:
+        batches.append([r.run_id for r in runs])
+        return [r for r in runs if r.run_id == 2]  # the broker refused run 2
+
+    samples = [EngineSample(slots=32, running=0, waiting=0, tpot_s=None, updated_at=clock.now)]
+    d = make_dispatcher(store, samples, [], clock, send_batch=send_batch)
+    sent = d.tick()
+    assert len(batches) == 1 and sorted(batches[0]) == [1, 2, 3, 4]  # one batch for the tick
+    assert sorted(r.run_id for r in sent) == [1, 3, 4]
+    assert store.queue_depth("free") == 1 and store.heads()["free"][1].run_id == 2  # back in its queue
+    assert store.in_flight(now=clock.now, ttl_s=3600).total == 3
+    # Its user was refunded its charge: it is not behind the other for a run it never got.
+    assert d.policy.counter("free", 1) == d.policy.counter("free", 0) - q(2, 1).cost
+
+
 def test_queue_positions_and_estimated_wait(redis_store: RedisQueueStore) -> None:
     store = redis_store
     clock, sent, reported = FakeClock(), list[QueuedRun](), list[dict[int, Position]]()

@@ -39,6 +39,7 @@ def test_prompt_to_done_through_the_dispatcher(api: APIClient, user: User, sim_r
         generate_run(run_id=run.run_id, runtime=sim_runtime)
 
     dispatcher.send = send
+    dispatcher.send_batch = None  # each run through this test's send, not Celery
     dispatcher.tick()
     assert dispatcher.last_load is not None and dispatcher.last_load.fresh
     assert sent == [run_id]
