@@ -63,6 +63,11 @@ SETTINGS_HELP = {
     ),
     "METRICS_TOKEN": "When set, `GET /metrics` needs `Authorization: Bearer <token>`; empty: open (keep it internal).",
     "CELERY_VISIBILITY_TIMEOUT_S": "Seconds before an unacknowledged task is redelivered: longer than the longest run.",
+    "CELERY_TASK_SEND_SENT_EVENT": (
+        "Publish Celery's `task-sent` event with every dispatched run (Flower shows a task from when it is sent; "
+        "off: from when a worker receives it). It costs one more publish per run from the dispatcher "
+        "([Dispatcher ceiling](benchmarks.md#dispatcher-ceiling))."
+    ),
     "CELERY_BROKER_KEY_PREFIX": (
         "Prefix for every broker key, so independent stacks can share one Redis database (the browser tests use it)."
     ),
