@@ -6,6 +6,7 @@ About 30 s here (the database is migrated first).
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -34,8 +35,8 @@ def test_every_queued_run_is_published_once() -> None:
     run_ids: list[int] = []
     for key in broker.scan_iter(count=1000):
         if broker.type(key) == b"list":
-            for raw in broker.lrange(key, 0, -1):
-                if b"inference_workers" in raw:
-                    argsrepr = raw.split(b'"argsrepr": "', 1)[1].split(b'"', 1)[0]
-                    run_ids += [int(x) for x in re.findall(rb"\d+", argsrepr)]
+            for raw in broker.lrange(key, 0, -1):  # type: ignore[union-attr]
+                message = json.loads(raw)
+                if message["headers"]["task"].startswith("inference_workers"):
+                    run_ids += [int(x) for x in re.findall(r"\d+", message["headers"]["argsrepr"])]
     assert len(run_ids) == RUNS and len(set(run_ids)) == RUNS, (sorted(run_ids), report)
