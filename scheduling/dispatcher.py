@@ -207,15 +207,16 @@ class Dispatcher:
         self.last_load = load
         chosen: list[QueuedRun] = []
         attempts = 0
+        heads = self.store.heads()
         while len(chosen) < self.settings.max_per_tick and attempts < 2 * self.settings.max_per_tick:
             attempts += 1
-            heads = self.store.heads()
             self.policy.sync(heads)
             run = self.policy.choose(heads, self._admits_for(load, busy, heads))
             if run is None:
                 break
             if not self.store.claim(run, now=self.clock()):
-                continue  # another dispatcher or a cancel took it: read the heads again
+                heads = self.store.heads()  # another dispatcher or a cancel took it: read the heads again
+                continue
             run = replace(
                 run,
                 engine_priority=engine_priority(
@@ -227,6 +228,14 @@ class Dispatcher:
             self.policy.charge(run, heads)  # (the next choice of this tick counts it)
             busy[run.user_id] = busy.get(run.user_id, 0) + 1
             chosen.append(run)
+            # Only this user's head moved: read it alone, not every user's (a user queued during the tick is
+            # seen by the next one, within max_per_tick decisions).
+            following = self.store.head_of(run.tier, run.user_id)
+            users = heads.setdefault(run.tier, {})
+            if following is None:
+                users.pop(run.user_id, None)
+            else:
+                users[run.user_id] = following
             load = _one_more(load)
             if run.deployment:
                 self.deployment_loads[run.deployment] = _one_more(self._load_of(run.deployment))

@@ -142,6 +142,11 @@ class MemoryQueueStore:
                     heads.setdefault(tier, {})[user] = self._meta[ids[0]]
             return heads
 
+    def head_of(self, tier: str, user_id: int) -> QueuedRun | None:
+        with self._lock:
+            ids = self._queues.get(tier, {}).get(user_id)
+            return self._meta[ids[0]] if ids else None
+
     def all_queued(self) -> UserQueues:
         with self._lock:
             queues = UserQueues()

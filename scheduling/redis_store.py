@@ -227,6 +227,13 @@ class RedisQueueStore:
         run_ids = pipe.execute()
         return self._with_meta([(tier, user, rid) for (tier, user), rid in zip(pairs, run_ids, strict=True) if rid])
 
+    def head_of(self, tier: str, user_id: int) -> QueuedRun | None:
+        rid = self.client.lindex(user_queue_key(tier, user_id), 0)
+        if not rid:
+            return None
+        runs = self._with_meta_list([(tier, user_id, str(rid))])
+        return runs[0] if runs else None  # (None: claimed or removed since; the next tick reads it again)
+
     def all_queued(self) -> UserQueues:
         """Every queued run, per tier and user, in queue order (for the position forecast)."""
         pairs = self._backlogged()

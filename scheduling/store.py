@@ -106,6 +106,11 @@ class DispatcherStore(Protocol):
         """Each backlogged user's first run per tier (read without a lock: ``claim`` re-checks)."""
         ...
 
+    def head_of(self, tier: str, user_id: int) -> QueuedRun | None:
+        """The user's first run in ``tier`` now (None: none queued): the dispatcher's next head for that user
+        after it claimed one, instead of reading every user's again."""
+        ...
+
     def all_queued(self) -> UserQueues:
         """Every queued run, per tier and user, in queue order (for the position forecast)."""
         ...

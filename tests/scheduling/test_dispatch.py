@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
@@ -223,6 +224,36 @@ def test_a_tick_sends_its_runs_in_one_batch_and_puts_back_those_not_sent(store: 
     assert store.in_flight(now=clock.now, ttl_s=3600).total == 3
     # Its user was refunded its charge: it is not behind the other for a run it never got.
     assert d.policy.counter("free", 1) == d.policy.counter("free", 0) - q(2, 1).cost
+
+
+def test_a_tick_reads_every_head_once_and_then_only_the_dispatched_users(
+    store: QueueStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading every backlogged user's head after each decision cost a round trip per user per decision (11.6 ms of
+    CPU a decision with 200 users, bench/dispatcher_ceiling.py); the tick reads them once and then only the head
+    of the user it dispatched, and still serves the users in the policy's order."""
+    clock = FakeClock()
+    for user in range(20):
+        for k in range(3):
+            store.push(q(100 * user + k + 1, user))
+    calls: Counter[str] = Counter()
+    for name in ("heads", "head_of"):
+        real = getattr(store, name)
+
+        def counted(*args: object, _real: object = real, _name: str = name) -> object:
+            calls[_name] += 1
+            return _real(*args)  # type: ignore[operator]
+
+        monkeypatch.setattr(store, name, counted)
+    sent: list[QueuedRun] = []
+    samples = [EngineSample(slots=1000, running=0, waiting=0, tpot_s=None, updated_at=clock.now)]
+    d = make_dispatcher(store, samples, sent, clock)
+    d.settings = replace(SETTINGS, max_per_tick=30)
+    d.tick()
+    assert len(sent) == 30 and calls == {"heads": 1, "head_of": 30}
+    # Round robin by counter: every user once before anyone twice, each user's runs in their order.
+    assert sorted(r.user_id for r in sent[:20]) == list(range(20))
+    assert all(r.run_id % 100 == 2 for r in sent[20:]) and all(r.run_id % 100 == 1 for r in sent[:20])
 
 
 def test_queue_positions_and_estimated_wait(redis_store: RedisQueueStore) -> None:
