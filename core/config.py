@@ -168,6 +168,10 @@ class StreamConfig:
     relay_readers: int = 4
     """Readers of a web process's relay, each on its own Redis connection and owning the streams of 1/N of the
     runs (by run id): their blocking reads overlap and each names fewer keys."""
+    batched_writes: bool = True
+    """A worker's task threads hand their runs' stream appends to one writer thread per process, which sends
+    everything queued since its last send in one Redis pipeline and gives each thread its own replies (off: each
+    append is a pipeline of its own, sent by its thread)."""
 
 
 @dataclass(frozen=True)
@@ -307,6 +311,7 @@ def stream_config_from_env() -> StreamConfig:
         event_budget_per_s=env.float("STREAM_EVENT_BUDGET_PER_S", default=4000.0),
         status_poll_s=env.float("STREAM_STATUS_POLL_S", default=1.0),
         relay_readers=env.int("STREAM_RELAY_READERS", default=4),
+        batched_writes=env.bool("STREAM_BATCHED_WRITES", default=True),
     )
 
 

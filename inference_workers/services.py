@@ -48,6 +48,7 @@ from moderation.services import violation_record
 from runs.lifecycle import run_fail, run_finish, run_handoff, run_mark_first_token, run_mark_streaming
 from runs.lifecycle_log import RunStep, log_run_step, seconds_between
 from runs.models import Recovery, Run, RunStatus
+from runs.streaming.batch import stream_batcher
 from runs.streaming.contract import RunStreamWriter, StreamedAnswer, StreamEvent, streamed_answer
 from runs.streaming.load import current_flush_interval
 
@@ -133,7 +134,7 @@ class GenerationAttempt:
         self.run_id = run_id
         self.runtime = runtime
         self.engine_priority = engine_priority
-        self.writer = RunStreamWriter(run_id)
+        self.writer = RunStreamWriter(run_id, batcher=stream_batcher() if settings.STREAMS.batched_writes else None)
         self.run: Run
         """The run as :meth:`open` claimed it."""
         self.attempt = 0

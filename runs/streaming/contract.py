@@ -29,6 +29,7 @@ from django.conf import settings
 
 from core.redis_client import get_redis
 from runs.models import Run, RunStatus
+from runs.streaming.batch import PipelineBatcher
 
 
 class StreamEvent(StrEnum):
@@ -137,10 +138,20 @@ class RunStreamWriter:
     strictly increasing and clients resuming with ``Last-Event-ID`` never miss the ``reset`` event.
     """
 
-    def __init__(self, run_id: int, *, client: redis.Redis | None = None, seq: int | None = None) -> None:
+    def __init__(
+        self,
+        run_id: int,
+        *,
+        client: redis.Redis | None = None,
+        seq: int | None = None,
+        batcher: PipelineBatcher | None = None,
+    ) -> None:
         self.run_id = run_id
         self.key = stream_key(run_id)
         self.client = client or get_redis()
+        self.batcher = batcher
+        """With one, each append goes out in the process's shared pipeline of its tick (a worker's task threads:
+        ``STREAM_BATCHED_WRITES``); without, in a pipeline of its own."""
         self.seq = last_seq(run_id, client=self.client) if seq is None else seq
         """The last id written (given: read by the caller, as :func:`append_to_many` does for many runs)."""
         self._expiry_set = False
@@ -150,7 +161,8 @@ class RunStreamWriter:
         write the text again (the worker's coalescer) repairs the stream and clears it."""
 
     def append(self, event: StreamEvent, data: dict[str, Any]) -> int:
-        """Appends one event in one round trip; returns its sequence number (the SSE ``id``).
+        """Appends one event in one round trip (its own, or with a ``batcher`` the one its tick shares with every
+        other run's appends); returns its sequence number (the SSE ``id``).
 
         When Redis does not answer (``ConnectionError``, ``TimeoutError``: it is restarting) the error is
         raised and the writer numbers its next append as if this one had not been written; whether it was (its
@@ -161,7 +173,7 @@ class RunStreamWriter:
         pipe.xrevrange(self.key, count=1)  # the entry before this one, in the same round trip
         seq = self.queue(pipe, event, data)
         try:
-            replies = pipe.execute()
+            replies = pipe.execute() if self.batcher is None else self.batcher.execute(self.client, pipe.command_stack)
         except (redis.ConnectionError, redis.TimeoutError):
             self.seq = seq - 1
             self._expiry_set = False

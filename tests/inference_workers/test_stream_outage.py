@@ -18,6 +18,7 @@ import redis
 from django.conf import settings
 
 from inference_workers.coalescer import IDLE_WAIT_S, DeltaCoalescer, StreamLost
+from runs.streaming.batch import PipelineBatcher
 from runs.streaming.contract import RunStreamWriter, StreamEvent, read_after, stream_key
 from runs.streaming.follow import GONE_ITEM, OpenedStream, StreamItem, iter_run_items
 from runs.streaming.relay import StreamRelay
@@ -37,13 +38,13 @@ class FlakyRedis:
         pipe = self.client.pipeline(transaction=transaction)
         execute = pipe.execute
 
-        def flaky_execute() -> Any:
+        def flaky_execute(raise_on_error: bool = True) -> Any:
             if self.down > 0:
                 self.down -= 1
                 if self.applied:
-                    execute()
+                    execute(raise_on_error=raise_on_error)
                 raise redis.ConnectionError("Connection closed by server.")
-            return execute()
+            return execute(raise_on_error=raise_on_error)
 
         pipe.execute = flaky_execute  # type: ignore[method-assign,assignment]
         return pipe
@@ -52,10 +53,22 @@ class FlakyRedis:
         return getattr(self.client, name)
 
 
+@pytest.fixture(params=["direct", "batched"])
+def batcher(request: pytest.FixtureRequest) -> PipelineBatcher | None:
+    """A case twice: each append a pipeline of its own, and appends through a batcher's shared pipeline
+    (``STREAM_BATCHED_WRITES``)."""
+    return PipelineBatcher() if request.param == "batched" else None
+
+
 def _coalescer(
-    flaky: FlakyRedis, run_id: int, *, owns: Callable[[], bool] = lambda: True, limit: float = 10.0
+    flaky: FlakyRedis,
+    run_id: int,
+    batcher: PipelineBatcher | None,
+    *,
+    owns: Callable[[], bool] = lambda: True,
+    limit: float = 10.0,
 ) -> DeltaCoalescer:
-    writer = RunStreamWriter(run_id, client=flaky)  # type: ignore[arg-type]
+    writer = RunStreamWriter(run_id, client=flaky, batcher=batcher)  # type: ignore[arg-type]
     return DeltaCoalescer(writer, interval_s=lambda: 0.0, max_tokens=1, owns=owns, outage_limit_s=limit, retry_s=0.0)
 
 
@@ -69,9 +82,11 @@ def _text(run_id: int) -> str:
     return text
 
 
-def test_an_outage_buffers_the_text_and_writes_it_once_redis_answers(clean_redis: redis.Redis) -> None:
+def test_an_outage_buffers_the_text_and_writes_it_once_redis_answers(
+    clean_redis: redis.Redis, batcher: PipelineBatcher | None
+) -> None:
     flaky = FlakyRedis(clean_redis)
-    coalescer = _coalescer(flaky, 7)
+    coalescer = _coalescer(flaky, 7, batcher)
     coalescer.add("a", 1)
     flaky.down = 3
     for word in (" b", " c", " d", " e"):  # three fail; the fourth goes out with everything buffered
@@ -83,9 +98,11 @@ def test_an_outage_buffers_the_text_and_writes_it_once_redis_answers(clean_redis
     assert clean_redis.ttl(stream_key(7)) > 0
 
 
-def test_an_append_redis_applied_but_did_not_acknowledge_is_not_sent_again(clean_redis: redis.Redis) -> None:
+def test_an_append_redis_applied_but_did_not_acknowledge_is_not_sent_again(
+    clean_redis: redis.Redis, batcher: PipelineBatcher | None
+) -> None:
     flaky = FlakyRedis(clean_redis)
-    coalescer = _coalescer(flaky, 8)
+    coalescer = _coalescer(flaky, 8, batcher)
     coalescer.add("a", 1)
     flaky.down, flaky.applied = 1, True
     coalescer.add(" b", 1)  # in the stream, but the worker saw an error
@@ -95,9 +112,11 @@ def test_an_append_redis_applied_but_did_not_acknowledge_is_not_sent_again(clean
     assert _text(8) == coalescer.text == "a b c"
 
 
-def test_entries_redis_came_back_without_are_sent_again_after_a_reset(clean_redis: redis.Redis) -> None:
+def test_entries_redis_came_back_without_are_sent_again_after_a_reset(
+    clean_redis: redis.Redis, batcher: PipelineBatcher | None
+) -> None:
     flaky = FlakyRedis(clean_redis)
-    coalescer = _coalescer(flaky, 9)
+    coalescer = _coalescer(flaky, 9, batcher)
     coalescer.add("a", 1)
     coalescer.add(" b", 1)
     clean_redis.xdel(stream_key(9), "0-2")  # acknowledged, then lost (a crash before the append-only file sync)
@@ -113,11 +132,11 @@ def test_entries_redis_came_back_without_are_sent_again_after_a_reset(clean_redi
 
 
 def test_entries_lost_without_an_error_seen_are_found_by_the_next_append_and_sent_again(
-    clean_redis: redis.Redis,
+    clean_redis: redis.Redis, batcher: PipelineBatcher | None
 ) -> None:
     """redis-py's retries may reconnect an append to a restarted Redis or a promoted replica without the caller
     seeing an error: the append itself finds the entries missing before its own and the text goes out again."""
-    coalescer = _coalescer(FlakyRedis(clean_redis), 10)
+    coalescer = _coalescer(FlakyRedis(clean_redis), 10, batcher)
     coalescer.add("a", 1)
     coalescer.add(" b", 1)
     clean_redis.xdel(stream_key(10), "0-2")  # gone with no failed append: the writer has seen nothing
@@ -130,9 +149,11 @@ def test_entries_lost_without_an_error_seen_are_found_by_the_next_append_and_sen
     assert coalescer.writer.gap is None
 
 
-def test_a_resend_after_lost_entries_keeps_every_tokens_logprobs(clean_redis: redis.Redis) -> None:
+def test_a_resend_after_lost_entries_keeps_every_tokens_logprobs(
+    clean_redis: redis.Redis, batcher: PipelineBatcher | None
+) -> None:
     flaky = FlakyRedis(clean_redis)
-    writer = RunStreamWriter(12, client=flaky)  # type: ignore[arg-type]
+    writer = RunStreamWriter(12, client=flaky, batcher=batcher)  # type: ignore[arg-type]
     coalescer = DeltaCoalescer(writer, interval_s=lambda: 0.0, max_tokens=1, retry_s=0.0, logprobs=True)
 
     def lp(token: str) -> list[dict[str, Any]]:
@@ -152,9 +173,11 @@ def test_a_resend_after_lost_entries_keeps_every_tokens_logprobs(clean_redis: re
     assert [e["token"] for e in resent["logprobs"]] == ["a", " b", " c", " d"]
 
 
-def test_the_attempt_stops_when_it_lost_the_lease_during_the_outage(clean_redis: redis.Redis) -> None:
+def test_the_attempt_stops_when_it_lost_the_lease_during_the_outage(
+    clean_redis: redis.Redis, batcher: PipelineBatcher | None
+) -> None:
     flaky = FlakyRedis(clean_redis)
-    coalescer = _coalescer(flaky, 10, owns=lambda: False)
+    coalescer = _coalescer(flaky, 10, batcher, owns=lambda: False)
     coalescer.add("a", 1)
     flaky.down = 1
     coalescer.add(" b", 1)
@@ -163,9 +186,11 @@ def test_the_attempt_stops_when_it_lost_the_lease_during_the_outage(clean_redis:
     assert _text(10) == "a"  # nothing written after the run may have become another attempt's
 
 
-def test_an_outage_longer_than_the_limit_stops_the_attempt(clean_redis: redis.Redis) -> None:
+def test_an_outage_longer_than_the_limit_stops_the_attempt(
+    clean_redis: redis.Redis, batcher: PipelineBatcher | None
+) -> None:
     flaky = FlakyRedis(clean_redis)
-    coalescer = _coalescer(flaky, 11, limit=0.0)
+    coalescer = _coalescer(flaky, 11, batcher, limit=0.0)
     coalescer.add("a", 1)
     flaky.down = 1000
     coalescer.add(" b", 1)  # the first failure starts the clock
