@@ -39,6 +39,7 @@ class FlakyRedis:
         execute = pipe.execute
 
         def flaky_execute(raise_on_error: bool = True) -> Any:
+            self.before_execute(pipe)
             if self.down > 0:
                 self.down -= 1
                 if self.applied:
@@ -48,6 +49,9 @@ class FlakyRedis:
 
         pipe.execute = flaky_execute  # type: ignore[method-assign,assignment]
         return pipe
+
+    def before_execute(self, pipe: redis.client.Pipeline) -> None:
+        """What a subclass does as a pipeline is sent (before the failure, if any)."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.client, name)

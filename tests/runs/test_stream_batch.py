@@ -16,48 +16,30 @@ import redis
 from inference_workers.coalescer import DeltaCoalescer
 from runs.streaming.batch import Command, PipelineBatcher
 from runs.streaming.contract import RunStreamWriter, StreamEvent, read_after, stream_key
+from tests.inference_workers.test_stream_outage import FlakyRedis
 
 THREADS = 40
 
 
-class GatedRedis:
-    """A Redis client whose pipelines are recorded (the commands of each ``execute``) and can be held: while
+class GatedRedis(FlakyRedis):
+    """A :class:`FlakyRedis` whose pipelines are recorded (the commands of each ``execute``) and can be held: while
     ``gate`` is clear, an ``execute`` waits for it (the writer thread busy with a pipeline on the wire, so that
-    the next callers pile up for one tick). ``down``: that many executes fail as Redis not answering, after
-    Redis applied them when ``applied``."""
+    the next callers pile up for one tick)."""
 
     def __init__(self, client: redis.Redis) -> None:
-        self.client = client
+        super().__init__(client)
         self.gate = threading.Event()
         self.gate.set()
         self.executes: list[int] = []
         """The number of commands of each pipeline sent."""
         self.held = 0
         """Executes that have waited at the gate."""
-        self.down = 0
-        self.applied = False
 
-    def pipeline(self, transaction: bool = False) -> Any:
-        pipe = self.client.pipeline(transaction=transaction)
-        execute = pipe.execute
-
-        def gated_execute(raise_on_error: bool = True) -> Any:
-            if not self.gate.is_set():
-                self.held += 1
-            assert self.gate.wait(10)
-            self.executes.append(len(pipe.command_stack))
-            if self.down > 0:
-                self.down -= 1
-                if self.applied:
-                    execute(raise_on_error=raise_on_error)
-                raise redis.ConnectionError("Connection closed by server.")
-            return execute(raise_on_error=raise_on_error)
-
-        pipe.execute = gated_execute  # type: ignore[method-assign,assignment]
-        return pipe
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.client, name)
+    def before_execute(self, pipe: redis.client.Pipeline) -> None:
+        if not self.gate.is_set():
+            self.held += 1
+        assert self.gate.wait(10)
+        self.executes.append(len(pipe.command_stack))
 
 
 def _wait_for(condition: Callable[[], bool]) -> None:
