@@ -267,16 +267,18 @@ class DataHost:
         self.ip = topo.addr("data")
         self.servers = {"redis-a": 6379, "redis-b": 6380}
 
+    def login(self, *, sentinel: bool = False) -> dict[str, object]:
+        """How this script's own clients log in: nothing, or with ``--secure`` TLS and ``harness`` (a Sentinel:
+        its password)."""
+        if self.security is None:
+            return {}
+        if sentinel:
+            return {**self.security.tls_client(), "password": self.security.sentinel_password}
+        return {**self.security.tls_client(), "username": "harness", "password": self.security.passwords["harness"]}
+
     def connect(self, host: str, port: int, *, sentinel: bool = False, **options: object) -> redis.Redis:
-        """A client of one server or Sentinel: with ``--secure`` over TLS as ``harness`` (a Sentinel: its
-        password)."""
-        if self.security is not None:
-            options |= self.security.tls_client()
-            if sentinel:
-                options["password"] = self.security.sentinel_password
-            else:
-                options |= {"username": "harness", "password": self.security.passwords["harness"]}
-        return redis.Redis(host=host, port=port, **options)  # type: ignore[arg-type]
+        """A client of one server or Sentinel, logged in as :meth:`login` says."""
+        return redis.Redis(host=host, port=port, **options, **self.login(sentinel=sentinel))  # type: ignore[arg-type]
 
     def pings(self, host: str, port: int, *, sentinel: bool = False) -> bool:
         try:
@@ -366,15 +368,11 @@ class DataHost:
         """A client of the current primary (the suite's own checks)."""
         from redis.sentinel import Sentinel
 
-        security = self.security
-        sentinel_kwargs: dict[str, object] = {"socket_timeout": 2}
-        login: dict[str, object] = {}
-        if security is not None:
-            sentinel_kwargs |= {**security.tls_client(), "password": security.sentinel_password}
-            login = {**security.tls_client(), "username": "harness", "password": security.passwords["harness"]}
         addresses = [(self.topo.addr(h), 26379) for h in SENTINEL_HOSTS]
-        sentinel = Sentinel(addresses, sentinel_kwargs=sentinel_kwargs, socket_timeout=2)
-        return sentinel.master_for(MASTER, socket_timeout=3, decode_responses=True, **login)
+        sentinel = Sentinel(
+            addresses, sentinel_kwargs={"socket_timeout": 2, **self.login(sentinel=True)}, socket_timeout=2
+        )
+        return sentinel.master_for(MASTER, socket_timeout=3, decode_responses=True, **self.login())
 
     def start_route(self) -> None:
         """``--redis-via route``: HAProxy on the data host, a TCP route to whichever server says role:master."""
