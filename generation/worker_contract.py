@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 
@@ -99,11 +100,39 @@ def summary_pending_key(chat_id: int) -> str:
 # -- sending work ----------------------------------------------------------------------------------------
 
 
-def send_generate(*, run_id: int, queue: str, engine_priority: int | None = None) -> None:
-    """Publishes ``generate(run_id)`` on ``queue`` (a tier queue, or one worker's own queue); ``engine_priority``
-    is vLLM's priority of the run (the dispatcher's fairness band within the tier), None for the run's own."""
-    kwargs = {} if engine_priority is None else {"engine_priority": engine_priority}
-    current_app.send_task(GENERATE_TASK, args=[run_id], kwargs=kwargs, queue=queue)
+@dataclass(frozen=True)
+class GenerateMessage:
+    """One ``generate(run_id)`` for :func:`send_generates`: its queue and vLLM's priority (None: the run's own)."""
+
+    run_id: int
+    queue: str
+    engine_priority: int | None = None
+
+
+def send_generates(messages: Sequence[GenerateMessage]) -> list[Exception | None]:
+    """Publishes ``generate(run_id)`` on each message's queue (a tier queue, or one worker's own queue), through
+    one producer and one Redis pipeline for them all (kombu's ``Producer.batch``: the task messages and their
+    ``task-sent`` events go out in one round trip, not two a run). Returns, per message, None when it was
+    published, or the error: one raised while it was prepared fails that message alone; a failed send fails every
+    message prepared (their delivery is uncertain, so the caller queues them again, and a worker's lease and the
+    run's status make a second copy a no-op)."""
+    errors: list[Exception | None] = [None] * len(messages)
+    if not messages:
+        return errors
+    app = current_app
+    try:
+        with app.producer_or_acquire() as producer, producer.batch():
+            for i, message in enumerate(messages):
+                kwargs = {} if message.engine_priority is None else {"engine_priority": message.engine_priority}
+                try:
+                    app.send_task(
+                        GENERATE_TASK, args=[message.run_id], kwargs=kwargs, queue=message.queue, producer=producer
+                    )
+                except Exception as exc:  # noqa: BLE001 - this message alone; the others still go
+                    errors[i] = exc
+    except Exception as exc:  # noqa: BLE001 - the send (or the connection) failed: nothing prepared is known sent
+        return [error or exc for error in errors]
+    return errors
 
 
 def send_summarize(*, chat_id: int, queue: str) -> None:
@@ -217,6 +246,15 @@ def worker_heartbeats(*, client: redis.Redis | None = None) -> list[WorkerHeartb
     if not names:
         return []
     return [WorkerHeartbeat.from_json(str(raw)) for raw in client.mget([heartbeat_key(n) for n in names]) if raw]
+
+
+def worker_heartbeats_of(workers: Iterable[str], *, client: redis.Redis | None = None) -> dict[str, WorkerHeartbeat]:
+    """:func:`worker_heartbeat` of each of ``workers`` in one round trip (``MGET``); those with none are missing."""
+    names = sorted(set(workers))
+    if not names:
+        return {}
+    raws = (client or get_redis()).mget([heartbeat_key(name) for name in names])
+    return {name: WorkerHeartbeat.from_json(str(raw)) for name, raw in zip(names, raws, strict=True) if raw is not None}
 
 
 def worker_heartbeat(worker: str, *, client: redis.Redis | None = None) -> WorkerHeartbeat | None:

@@ -10,13 +10,21 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 
 from core.db_executor import reconnect_after_db_error
-from generation.worker_contract import deployment_queue, send_generate, worker_heartbeat
+from generation.worker_contract import (
+    GenerateMessage,
+    WorkerHeartbeat,
+    deployment_queue,
+    send_generates,
+    worker_heartbeat,
+    worker_heartbeats_of,
+)
 from runs.lifecycle_log import RunStep, log_run_step, log_step
 from runs.models import Run
 from scheduling.affinity import Route, WorkerLoad, choose_route
@@ -24,8 +32,12 @@ from scheduling.affinity import Route, WorkerLoad, choose_route
 logger = logging.getLogger(__name__)
 
 
-def previous_worker_load(worker: str) -> list[WorkerLoad]:
-    beat = worker_heartbeat(worker) if worker else None
+def previous_worker_load(worker: str, heartbeats: Mapping[str, WorkerHeartbeat] | None = None) -> list[WorkerLoad]:
+    """The chat's previous worker as the router sees it (empty: none, or gone); from ``heartbeats`` when the caller
+    read them for a batch, else from Redis."""
+    if not worker:
+        return []
+    beat = heartbeats.get(worker) if heartbeats is not None else worker_heartbeat(worker)
     if beat is None:
         return []
     return [
@@ -51,13 +63,20 @@ def _runs_for_dispatch(run_ids: list[int]) -> dict[int, Run]:
     return {run.pk: run for run in rows}
 
 
-def route_run(*, run: Run | None, tier_queue: str, deployment: str = "") -> Route:
+def route_run(
+    *,
+    run: Run | None,
+    tier_queue: str,
+    deployment: str = "",
+    heartbeats: Mapping[str, WorkerHeartbeat] | None = None,
+) -> Route:
     """Where ``generate(run)`` goes: the chat's previous worker's own queue (when it serves the run's deployment),
-    or the tier queue of the run's deployment."""
+    or the tier queue of the run's deployment. ``heartbeats``: the previous workers' heartbeats, read once for a
+    batch (None: read this run's)."""
     if not settings.CONTEXT.chat_affinity:
         return Route(queue=tier_queue, worker=None, reason="disabled")
     previous = run.chat.last_worker if run is not None else ""
-    workers = [w for w in previous_worker_load(previous) if not deployment or w.deployment == deployment]
+    workers = [w for w in previous_worker_load(previous, heartbeats) if not deployment or w.deployment == deployment]
     return choose_route(
         previous_worker=previous,
         tier_queue=tier_queue,
@@ -79,13 +98,15 @@ class Dispatch:
 
 
 def send_to_workers(dispatches: list[Dispatch]) -> list[tuple[Dispatch, Exception]]:
-    """Publishes each :class:`Dispatch` as :func:`send_to_worker` does, with one routing query for them all (the
-    dispatcher sends a tick's runs at once). Routing never blocks a run: when a lookup fails, the run goes to its
-    tier queue. Returns the dispatches that could not be published, with the error."""
+    """Publishes each :class:`Dispatch` as :func:`send_to_worker` does, with one routing query, one read of the
+    previous workers' heartbeats and one broker round trip for them all (the dispatcher sends a tick's runs at
+    once: :func:`generation.worker_contract.send_generates`). Routing never blocks a run: when a lookup fails, the
+    run goes to its tier queue. Returns the dispatches that could not be published, with the error."""
     unknown = sorted({d.queue for d in dispatches} - set(settings.CELERY_TASK_QUEUES_ORDER))
     if unknown:
         raise ValueError(f"unknown worker queue(s) {unknown}")
     runs: dict[int, Run] = {}
+    heartbeats: dict[str, WorkerHeartbeat] = {}
     looked_up = True
     try:
         with reconnect_after_db_error():  # Postgres restarted: the next lookup connects again
@@ -93,29 +114,38 @@ def send_to_workers(dispatches: list[Dispatch]) -> list[tuple[Dispatch, Exceptio
     except Exception:  # a database hiccup: any worker will do
         logger.exception("chat affinity lookup of %d runs failed; using the tier queues", len(dispatches))
         looked_up = False
-    failed: list[tuple[Dispatch, Exception]] = []
-    for dispatch in dispatches:
+    if looked_up and settings.CONTEXT.chat_affinity:
         try:
-            _publish(dispatch, runs.get(dispatch.run_id), looked_up=looked_up)
-        except Exception as exc:  # noqa: BLE001 - the caller puts the run back
-            failed.append((dispatch, exc))
+            heartbeats = worker_heartbeats_of(run.chat.last_worker for run in runs.values() if run.chat.last_worker)
+        except Exception:  # a Redis hiccup reading the previous workers' heartbeats: any worker will do
+            logger.exception("chat affinity: reading the previous workers' heartbeats failed; using the tier queues")
+            looked_up = False
+    routed = [
+        (d, runs.get(d.run_id), _route(d, runs.get(d.run_id), heartbeats, looked_up=looked_up)) for d in dispatches
+    ]
+    errors = send_generates([GenerateMessage(d.run_id, route.queue, d.engine_priority) for d, _run, route in routed])
+    failed: list[tuple[Dispatch, Exception]] = []
+    for (dispatch, run, route), error in zip(routed, errors, strict=True):
+        if error is not None:
+            failed.append((dispatch, error))
+        else:
+            _log_dispatched(dispatch, run, route)
     return failed
 
 
-def _publish(dispatch: Dispatch, run: Run | None, *, looked_up: bool) -> None:
-    run_id, queue = dispatch.run_id, dispatch.queue
-    tier_queue = deployment_queue(queue, dispatch.deployment) if dispatch.deployment else queue
-    route = Route(queue=tier_queue, worker=None, reason="affinity_lookup_failed")
-    if looked_up:
-        try:
-            route = route_run(run=run, tier_queue=tier_queue, deployment=dispatch.deployment)
-        except Exception:  # a Redis hiccup reading the previous worker's heartbeat: any worker will do
-            logger.exception("run %s: chat affinity lookup failed; using the tier queue", run_id)
-    send_generate(run_id=run_id, queue=route.queue, engine_priority=dispatch.engine_priority)
+def _route(dispatch: Dispatch, run: Run | None, heartbeats: Mapping[str, WorkerHeartbeat], *, looked_up: bool) -> Route:
+    tier_queue = deployment_queue(dispatch.queue, dispatch.deployment) if dispatch.deployment else dispatch.queue
+    if not looked_up:
+        return Route(queue=tier_queue, worker=None, reason="affinity_lookup_failed")
+    return route_run(run=run, tier_queue=tier_queue, deployment=dispatch.deployment, heartbeats=heartbeats)
+
+
+def _log_dispatched(dispatch: Dispatch, run: Run | None, route: Route) -> None:
+    run_id = dispatch.run_id
     message = f"run {run_id} sent to queue {route.queue} ({route.reason})"
     fields: dict[str, Any] = {"queue": route.queue, "route": route.reason, "engine_priority": dispatch.engine_priority}
     if run is None:  # gone, or its lookup failed: the line still says where it went
-        log_step(RunStep.DISPATCHED, message, run_id=run_id, user_id=None, tier=queue, **fields)
+        log_step(RunStep.DISPATCHED, message, run_id=run_id, user_id=None, tier=dispatch.queue, **fields)
     else:
         log_run_step(RunStep.DISPATCHED, run, message, worker=route.worker or "", **fields)
 

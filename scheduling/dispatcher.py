@@ -1,7 +1,8 @@
 """The dispatcher loop: moves queued runs to the workers in policy order while the engines have room.
 
-One tick: take (or keep) the leader lock, read the engine load once, then repeatedly read the queue heads,
-let the policy choose, claim the chosen run atomically in the store and hand it to ``send``. The claim is the
+One tick: take (or keep) the leader lock, read the engine load and the queue heads once, then repeatedly let the
+policy choose, claim the chosen run atomically in the store (which returns its user's next head in the same round
+trip) and, at the end of the tick, hand the runs chosen to ``send_batch`` (or ``send`` each). The claim is the
 guard against double dispatch (a second dispatcher, a lost lock, a concurrent cancel); the lock only keeps
 the policy's counters consistent. Queue positions and estimated waits are refreshed every few seconds.
 The Django command ``run_dispatcher`` supplies ``stats`` (worker heartbeats), ``send`` (Celery),
@@ -214,7 +215,8 @@ class Dispatcher:
             run = self.policy.choose(heads, self._admits_for(load, busy, heads))
             if run is None:
                 break
-            if not self.store.claim(run, now=self.clock()):
+            claimed, following = self.store.claim_and_peek(run, now=self.clock())
+            if not claimed:
                 heads = self.store.heads()  # another dispatcher or a cancel took it: read the heads again
                 continue
             run = replace(
@@ -228,9 +230,8 @@ class Dispatcher:
             self.policy.charge(run, heads)  # (the next choice of this tick counts it)
             busy[run.user_id] = busy.get(run.user_id, 0) + 1
             chosen.append(run)
-            # Only this user's head moved: read it alone, not every user's (a user queued during the tick is
-            # seen by the next one, within max_per_tick decisions).
-            following = self.store.head_of(run.tier, run.user_id)
+            # Only this user's head moved: the claim returned it, so no user's head is read again (a user queued
+            # during the tick is seen by the next one, within max_per_tick decisions).
             users = heads.setdefault(run.tier, {})
             if following is None:
                 users.pop(run.user_id, None)

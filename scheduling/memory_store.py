@@ -142,11 +142,6 @@ class MemoryQueueStore:
                     heads.setdefault(tier, {})[user] = self._meta[ids[0]]
             return heads
 
-    def head_of(self, tier: str, user_id: int) -> QueuedRun | None:
-        with self._lock:
-            ids = self._queues.get(tier, {}).get(user_id)
-            return self._meta[ids[0]] if ids else None
-
     def all_queued(self) -> UserQueues:
         with self._lock:
             queues = UserQueues()
@@ -178,6 +173,13 @@ class MemoryQueueStore:
             self._per_user[run.user_id] = self._per_user.get(run.user_id, 0) + 1
             self._positions.pop(run.run_id, None)
             return True
+
+    def claim_and_peek(self, run: QueuedRun, *, now: float | None = None) -> tuple[bool, QueuedRun | None]:
+        with self._lock:
+            if not self.claim(run, now=now):
+                return False, None
+            ids = self._queues.get(run.tier, {}).get(run.user_id)
+            return True, (self._meta[ids[0]] if ids else None)
 
     def in_flight(self, *, now: float, ttl_s: float, since: float | None = None) -> InFlight:
         with self._lock:

@@ -80,16 +80,23 @@ def wake_dispatcher(client: redis.Redis | redis.client.Pipeline) -> None:
 
 _CLAIM = """
 -- KEYS: user queue, backlog set, run meta, tier queued zset, inflight zset, positions hash, inflight users
--- ARGV: run_id, user_id|deployment, now
+-- ARGV: run_id, user_id, user_id|deployment, now, prefix ('' : return 1; else also the user's next head)
+-- Returns 0 if the run is not at the head of its user's queue. Claimed: 1, or with a prefix {1} when the user has
+-- nothing else queued, {1, next run id, its meta hash as field, value, ...} otherwise.
 if redis.call('LINDEX', KEYS[1], 0) ~= ARGV[1] then return 0 end
 redis.call('LPOP', KEYS[1])
-if redis.call('LLEN', KEYS[1]) == 0 then redis.call('SREM', KEYS[2], ARGV[2]) end
+local following = redis.call('LINDEX', KEYS[1], 0)
+if not following then redis.call('SREM', KEYS[2], ARGV[2]) end
 redis.call('DEL', KEYS[3])
 redis.call('ZREM', KEYS[4], ARGV[1])
-redis.call('ZADD', KEYS[5], ARGV[3], ARGV[1])
+redis.call('ZADD', KEYS[5], ARGV[4], ARGV[1])
 redis.call('HDEL', KEYS[6], ARGV[1])
-redis.call('HSET', KEYS[7], ARGV[1], ARGV[2])
-return 1
+redis.call('HSET', KEYS[7], ARGV[1], ARGV[3])
+if ARGV[5] == '' then return 1 end
+if not following then return {1} end
+local reply = {1, following}
+for _, v in ipairs(redis.call('HGETALL', ARGV[5] .. 'run:' .. following)) do reply[#reply + 1] = v end
+return reply
 """
 
 _REMOVE = """
@@ -227,13 +234,6 @@ class RedisQueueStore:
         run_ids = pipe.execute()
         return self._with_meta([(tier, user, rid) for (tier, user), rid in zip(pairs, run_ids, strict=True) if rid])
 
-    def head_of(self, tier: str, user_id: int) -> QueuedRun | None:
-        rid = self.client.lindex(user_queue_key(tier, user_id), 0)
-        if not rid:
-            return None
-        runs = self._with_meta_list([(tier, user_id, str(rid))])
-        return runs[0] if runs else None  # (None: claimed or removed since; the next tick reads it again)
-
     def all_queued(self) -> UserQueues:
         """Every queued run, per tier and user, in queue order (for the position forecast)."""
         pairs = self._backlogged()
@@ -252,6 +252,22 @@ class RedisQueueStore:
 
         True for exactly one caller: a second dispatcher, or a cancel that got there first, sees False.
         """
+        return bool(self._run_claim(run, now=now, peek=False))
+
+    def claim_and_peek(self, run: QueuedRun, *, now: float | None = None) -> tuple[bool, QueuedRun | None]:
+        """``claim``, and the user's next run in the tier read in the same script: one round trip a decision."""
+        reply = self._run_claim(run, now=now, peek=True)
+        if not reply:
+            return False, None
+        if len(reply) < 2:
+            return True, None
+        fields = [str(v) for v in reply[2:]]
+        meta = dict(zip(fields[::2], fields[1::2], strict=True))
+        if not meta:  # (its meta is gone: removed meanwhile, the next tick reads the heads again)
+            return True, None
+        return True, _queued_run(run.tier, run.user_id, str(reply[1]), meta)
+
+    def _run_claim(self, run: QueuedRun, *, now: float | None, peek: bool) -> Any:
         keys = [
             user_queue_key(run.tier, run.user_id),
             backlog_key(run.tier),
@@ -262,7 +278,8 @@ class RedisQueueStore:
             INFLIGHT_USERS_KEY,
         ]
         owner = f"{run.user_id}|{run.deployment}"
-        return bool(self._claim(keys=keys, args=[run.run_id, owner, now if now is not None else time.time()]))
+        at = now if now is not None else time.time()
+        return self._claim(keys=keys, args=[run.run_id, run.user_id, owner, at, PREFIX if peek else ""])
 
     def in_flight(self, *, now: float, ttl_s: float, since: float | None = None) -> InFlight:
         """The runs in flight (dispatched, not ended); reclaims entries older than ``ttl_s``.
@@ -364,19 +381,20 @@ class RedisQueueStore:
         for _, _, rid in triples:
             pipe.hgetall(run_meta_key(int(rid)))
         metas = pipe.execute()
-        runs = []
-        for (tier, user, rid), meta in zip(triples, metas, strict=True):
-            if not meta:
-                continue  # claimed or removed since the list was read
-            runs.append(
-                QueuedRun(
-                    run_id=int(rid),
-                    user_id=user,
-                    tier=tier,
-                    cost=int(meta["cost"]),
-                    weight=float(meta.get("weight", 1.0)),
-                    enqueued_at=float(meta.get("enq", 0.0)),
-                    deployment=str(meta.get("dep", "")),
-                )
-            )
-        return runs
+        # (a run without its meta was claimed or removed since the list was read)
+        return [
+            _queued_run(tier, user, rid, meta) for (tier, user, rid), meta in zip(triples, metas, strict=True) if meta
+        ]
+
+
+def _queued_run(tier: str, user_id: int, run_id: str, meta: dict[str, Any]) -> QueuedRun:
+    """The run from its ``sched:run:{run}`` hash (``push``'s fields)."""
+    return QueuedRun(
+        run_id=int(run_id),
+        user_id=user_id,
+        tier=tier,
+        cost=int(meta["cost"]),
+        weight=float(meta.get("weight", 1.0)),
+        enqueued_at=float(meta.get("enq", 0.0)),
+        deployment=str(meta.get("dep", "")),
+    )

@@ -106,17 +106,18 @@ class DispatcherStore(Protocol):
         """Each backlogged user's first run per tier (read without a lock: ``claim`` re-checks)."""
         ...
 
-    def head_of(self, tier: str, user_id: int) -> QueuedRun | None:
-        """The user's first run in ``tier`` now (None: none queued): the dispatcher's next head for that user
-        after it claimed one, instead of reading every user's again."""
-        ...
-
     def all_queued(self) -> UserQueues:
         """Every queued run, per tier and user, in queue order (for the position forecast)."""
         ...
 
     def claim(self, run: QueuedRun, *, now: float | None = None) -> bool:
         """Atomically takes ``run`` off the head of its user's queue and marks it in flight since ``now``."""
+        ...
+
+    def claim_and_peek(self, run: QueuedRun, *, now: float | None = None) -> tuple[bool, QueuedRun | None]:
+        """``claim``, and (when claimed) the user's next run in ``tier`` read in the same atomic step (None: none
+        queued): the dispatcher's next head for that user, in one round trip with the claim, instead of reading
+        every user's heads again."""
         ...
 
     def push(self, run: QueuedRun) -> bool:

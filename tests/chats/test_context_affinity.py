@@ -5,19 +5,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections import Counter
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import redis
-from celery import Celery
+from celery import Celery, current_app
 from django.conf import settings
 from pytest_django.fixtures import Settings
 
 from generation.worker_contract import GENERATE_TASK, WorkerHeartbeat, write_heartbeat
 from inference_workers.affinity import consume_own_queue
 from inference_workers.deployment import worker_deployment
-from runs import routing
 from runs.routing import Dispatch, send_to_worker, send_to_workers
 from scheduling.affinity import WorkerLoad, choose_route, worker_queue
 from tests.factories import ChatFactory, RunFactory
@@ -105,7 +105,7 @@ def test_send_to_worker_pins_a_run_to_its_chats_previous_worker(clean_redis: red
 
 
 @pytest.mark.django_db
-def test_a_batch_is_routed_with_one_query_and_a_failed_publish_loses_only_its_own_run(
+def test_a_batch_is_routed_with_one_query_and_a_message_that_fails_loses_only_its_own_run(
     clean_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch, django_assert_num_queries: Any
 ) -> None:
     pinned = RunFactory.create(chat=ChatFactory.create(last_worker="gpu-a@host"))
@@ -119,20 +119,63 @@ def test_a_batch_is_routed_with_one_query_and_a_failed_publish_loses_only_its_ow
     assert _sent_to(worker_queue("gpu-a@host")) == [[pinned.pk]]
     assert sorted(_sent_to("free")) == [[run.pk] for run in others]
 
-    real = routing.send_generate
+    app = current_app._get_current_object()
+    real = app.send_task
 
-    def broker_refuses_one(*, run_id: int, queue: str, engine_priority: int | None = None) -> None:
-        if run_id == others[1].pk:
-            raise ConnectionError("broker refused it")
-        real(run_id=run_id, queue=queue, engine_priority=engine_priority)
+    def refuses_one(name: str, *args: Any, **kwargs: Any) -> Any:
+        if kwargs["args"] == [others[1].pk]:
+            raise ValueError("cannot encode it")
+        return real(name, *args, **kwargs)
 
-    monkeypatch.setattr(routing, "send_generate", broker_refuses_one)
+    monkeypatch.setattr(app, "send_task", refuses_one)
     failed = send_to_workers([Dispatch(run.pk, "free") for run in others])
-    assert [(d.run_id, str(exc)) for d, exc in failed] == [(others[1].pk, "broker refused it")]
+    assert [(d.run_id, str(exc)) for d, exc in failed] == [(others[1].pk, "cannot encode it")]
     assert sorted(_sent_to("free")) == [[others[0].pk], [others[2].pk]]
     with pytest.raises(ValueError, match="unknown worker queue"):
         send_to_workers([Dispatch(others[0].pk, "no-such-tier")])
     assert _sent_to("free") == []  # nothing of a batch with a wrong queue is sent
+
+
+@pytest.mark.django_db
+def test_a_batch_goes_to_the_broker_in_one_round_trip_and_fails_whole(
+    clean_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tick's runs and their ``task-sent`` events are one pipeline to the broker (kombu's ``Producer.batch``),
+    not two round trips a run; when that send fails, every run of it is reported failed (the dispatcher queues them
+    again), and none is half-logged as dispatched."""
+    import kombu.transport.redis
+    import redis.connection
+
+    runs = [RunFactory.create() for _ in range(9)]
+    _sent_to("free")
+    broker_db = redis.Redis.from_url(settings.CELERY_BROKER_URL).connection_pool.connection_kwargs.get("db", 0)
+    sends = Counter[str]()
+    real_send = redis.connection.AbstractConnection.send_packed_command
+
+    def counted(self: redis.connection.AbstractConnection, command: Any, check_health: bool = True) -> None:
+        if getattr(self, "db", None) == broker_db:  # (the app's own Redis is another database)
+            sends["broker"] += 1
+        real_send(self, command, check_health)
+
+    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counted)
+
+    def broker_round_trips(batch: list[Any]) -> int:
+        before = sends["broker"]
+        assert send_to_workers([Dispatch(run.pk, "free") for run in batch]) == []
+        return sends["broker"] - before
+
+    broker_round_trips(runs[:1])  # (the producer's connection and the queue's declaration, once)
+    one, eight = broker_round_trips(runs[:1]), broker_round_trips(runs[1:])
+    assert one == eight == 1
+    assert sorted(_sent_to("free")) == sorted([run.pk] for run in [runs[0], *runs])  # (the first went twice)
+
+    def broker_down(self: Any) -> None:
+        raise kombu.transport.redis.BatchPublishError("Redis publish batch failed; delivery is uncertain")
+
+    monkeypatch.setattr(kombu.transport.redis.PublishBatch, "flush", broker_down)
+    failed = send_to_workers([Dispatch(run.pk, "free") for run in runs[:3]])
+    assert sorted(d.run_id for d, _exc in failed) == sorted(run.pk for run in runs[:3])
+    assert all("delivery is uncertain" in str(exc) for _d, exc in failed)
 
 
 @pytest.mark.django_db

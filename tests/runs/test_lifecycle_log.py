@@ -13,6 +13,7 @@ from rest_framework.test import APIClient
 
 from accounts.models import User, UserLimitOverride
 from core.logs import record_fields
+from generation.worker_contract import GenerateMessage
 from runs.lifecycle import run_fail, run_requeue_orphan
 from runs.models import Run, RunStatus
 from runs.routing import send_to_worker
@@ -108,10 +109,12 @@ def test_dispatch_logs_dispatched_with_its_queue(
     events: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sent: list[tuple[int, str, int | None]] = []
-    monkeypatch.setattr(
-        "runs.routing.send_generate",
-        lambda *, run_id, queue, engine_priority: sent.append((run_id, queue, engine_priority)),
-    )
+
+    def send_generates(messages: list[GenerateMessage]) -> list[Exception | None]:
+        sent.extend((m.run_id, m.queue, m.engine_priority) for m in messages)
+        return [None] * len(messages)
+
+    monkeypatch.setattr("runs.routing.send_generates", send_generates)
     run = RunFactory.create()
 
     send_to_worker(run_id=run.pk, queue="free", engine_priority=21)

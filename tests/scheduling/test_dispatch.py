@@ -226,23 +226,23 @@ def test_a_tick_sends_its_runs_in_one_batch_and_puts_back_those_not_sent(store: 
     assert d.policy.counter("free", 1) == d.policy.counter("free", 0) - q(2, 1).cost
 
 
-def test_a_tick_reads_every_head_once_and_then_only_the_dispatched_users(
+def test_a_tick_reads_every_head_once_and_then_takes_the_dispatched_users_next_from_the_claim(
     store: QueueStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Reading every backlogged user's head after each decision cost a round trip per user per decision (11.6 ms of
-    CPU a decision with 200 users, bench/dispatcher_ceiling.py); the tick reads them once and then only the head
-    of the user it dispatched, and still serves the users in the policy's order."""
+    CPU a decision with 200 users, bench/dispatcher_ceiling.py); the tick reads them once, and each claim returns
+    the next head of the user it dispatched, and the tick still serves the users in the policy's order."""
     clock = FakeClock()
     for user in range(20):
         for k in range(3):
             store.push(q(100 * user + k + 1, user))
     calls: Counter[str] = Counter()
-    for name in ("heads", "head_of"):
+    for name in ("heads", "claim", "claim_and_peek"):
         real = getattr(store, name)
 
-        def counted(*args: object, _real: object = real, _name: str = name) -> object:
+        def counted(*args: object, _real: object = real, _name: str = name, **kwargs: object) -> object:
             calls[_name] += 1
-            return _real(*args)  # type: ignore[operator]
+            return _real(*args, **kwargs)  # type: ignore[operator]
 
         monkeypatch.setattr(store, name, counted)
     sent: list[QueuedRun] = []
@@ -250,10 +250,48 @@ def test_a_tick_reads_every_head_once_and_then_only_the_dispatched_users(
     d = make_dispatcher(store, samples, sent, clock)
     d.settings = replace(SETTINGS, max_per_tick=30)
     d.tick()
-    assert len(sent) == 30 and calls == {"heads": 1, "head_of": 30}
+    assert len(sent) == 30 and calls["heads"] == 1 and calls["claim_and_peek"] == 30
     # Round robin by counter: every user once before anyone twice, each user's runs in their order.
     assert sorted(r.user_id for r in sent[:20]) == list(range(20))
     assert all(r.run_id % 100 == 2 for r in sent[20:]) and all(r.run_id % 100 == 1 for r in sent[:20])
+
+
+def test_a_decision_costs_one_redis_round_trip(redis_store: RedisQueueStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a decision adds to a tick on Redis: the claim script, which also returns the user's next head. Counted
+    as the commands (or pipelines) the client sends, from the difference between a tick of 40 decisions and one of
+    10, so the tick's fixed reads (lock, policy, load, heads, positions) cancel out."""
+    import redis.connection
+
+    sends = Counter[str]()
+    real_send = redis.connection.AbstractConnection.send_packed_command
+
+    def counted(self: redis.connection.AbstractConnection, command: object, check_health: bool = True) -> None:
+        sends["round trips"] += 1
+        real_send(self, command, check_health)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counted)
+
+    def round_trips(decisions: int) -> int:
+        redis_store.client.flushdb()
+        clock, sent = FakeClock(), list[QueuedRun]()
+        for user in range(20):
+            for k in range(3):
+                redis_store.push(q(100 * user + k + 1, user))
+        samples = [EngineSample(slots=1000, running=0, waiting=0, tpot_s=None, updated_at=clock.now)]
+        d = make_dispatcher(redis_store, samples, sent, clock)
+        d.settings = replace(SETTINGS, max_per_tick=decisions)
+        d.tick()  # (loads the scripts)
+        redis_store.client.flushdb()
+        for user in range(20):
+            for k in range(3):
+                redis_store.push(q(100 * user + k + 1, user))
+        sent.clear()
+        before = sends["round trips"]
+        d.tick()
+        assert len(sent) == decisions
+        return sends["round trips"] - before
+
+    assert (round_trips(40) - round_trips(10)) / 30 == 1.0
 
 
 def test_queue_positions_and_estimated_wait(redis_store: RedisQueueStore) -> None:

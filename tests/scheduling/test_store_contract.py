@@ -84,6 +84,23 @@ def test_only_the_head_of_a_users_queue_can_be_claimed_and_only_once(store: Queu
     assert not store.claim(q(3, 10), now=101.0)  # never queued
 
 
+def test_claim_and_peek_claims_as_claim_does_and_returns_the_users_next_run(store: QueueStore) -> None:
+    store.push(q(1, 10))
+    store.push(QueuedRun(run_id=2, user_id=10, tier="free", cost=250, weight=2.5, enqueued_at=7.0, deployment="m@v2"))
+    store.push(q(3, 11))
+    assert store.claim_and_peek(q(2, 10), now=100.0) == (False, None)  # behind run 1: nothing taken
+    assert store.claim_and_peek(q(1, 10), now=100.0) == (
+        True,
+        QueuedRun(run_id=2, user_id=10, tier="free", cost=250, weight=2.5, enqueued_at=7.0, deployment="m@v2"),
+    )
+    assert store.claim_and_peek(q(1, 10), now=100.0) == (False, None)  # a second dispatcher loses
+    assert store.in_flight(now=100.0, ttl_s=3600).per_user == {10: 1}
+    assert ids(store.heads()) == {"free": {10: 2, 11: 3}}
+    assert store.remove(2) == 1
+    assert store.claim_and_peek(q(3, 11), now=101.0) == (True, None)  # user 11 had nothing else queued
+    assert store.heads() == {} and store.queue_depth("free") == 0
+
+
 def test_remove_says_where_the_run_was(store: QueueStore) -> None:
     store.push(q(1, 10))
     store.push(q(2, 10))
