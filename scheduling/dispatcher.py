@@ -24,7 +24,7 @@ from typing import Protocol
 import redis
 
 from scheduling.gate import EngineLoad, EngineSample, GatePolicy, aggregate, deployment_loads, engine_load
-from scheduling.policy import FairPolicy, QueuedRun, forecast_order
+from scheduling.policy import FairPolicy, OrderedHeads, QueuedRun, forecast_order, unit_cost
 from scheduling.store import DispatcherStore, Position
 
 logger = logging.getLogger(__name__)
@@ -208,35 +208,31 @@ class Dispatcher:
         self.last_load = load
         chosen: list[QueuedRun] = []
         attempts = 0
-        heads = self.store.heads()
+        heads, ordered, share = self._read_heads(load, busy)
         while len(chosen) < self.settings.max_per_tick and attempts < 2 * self.settings.max_per_tick:
             attempts += 1
-            self.policy.sync(heads)
-            run = self.policy.choose(heads, self._admits_for(load, busy, heads))
+            run = self.policy.choose(heads, self._admits_for(load, busy, ordered, share), ordered=ordered)
             if run is None:
                 break
             claimed, following = self.store.claim_and_peek(run, now=self.clock())
-            if not claimed:
-                heads = self.store.heads()  # another dispatcher or a cancel took it: read the heads again
+            if not claimed:  # another dispatcher or a cancel took it: read the heads again
+                heads, ordered, share = self._read_heads(load, busy)
                 continue
             run = replace(
                 run,
                 engine_priority=engine_priority(
-                    tier_priority=self.policy.tier(run.tier).priority,
-                    in_flight=busy.get(run.user_id, 0),
-                    share=fair_slot_share(load.slots, busy, heads),
+                    tier_priority=self.policy.tier(run.tier).priority, in_flight=busy.get(run.user_id, 0), share=share
                 ),
             )
-            self.policy.charge(run, heads)  # (the next choice of this tick counts it)
+            self.policy.charge(run, heads, ordered=ordered)  # (the next choice of this tick counts it)
             busy[run.user_id] = busy.get(run.user_id, 0) + 1
             chosen.append(run)
             # Only this user's head moved: the claim returned it, so no user's head is read again (a user queued
-            # during the tick is seen by the next one, within max_per_tick decisions).
-            users = heads.setdefault(run.tier, {})
+            # during the tick is seen by the next one, within max_per_tick decisions), and only this user moves
+            # in the policy's order.
+            ordered.dispatched(run, following)
             if following is None:
-                users.pop(run.user_id, None)
-            else:
-                users[run.user_id] = following
+                self.policy.sync(heads)  # its user left the backlog (nothing else changes what sync sees)
             load = _one_more(load)
             if run.deployment:
                 self.deployment_loads[run.deployment] = _one_more(self._load_of(run.deployment))
@@ -289,7 +285,7 @@ class Dispatcher:
         for run in failed:
             self.store.remove(run.run_id)
             self.store.push(replace(run, engine_priority=None))
-            self.policy.refund(run.tier, run.user_id, run.cost / max(run.weight, 1e-6))
+            self.policy.refund(run.tier, run.user_id, unit_cost(run))
             busy[run.user_id] = max(0, busy.get(run.user_id, 0) - 1)
         sent = [run for run in chosen if run.run_id not in lost]
         now = self.clock()
@@ -305,20 +301,29 @@ class Dispatcher:
         except Exception:  # a lost figure must never stop dispatching
             logger.exception("dispatcher observer failed")
 
+    def _read_heads(
+        self, load: EngineLoad, busy: dict[int, int]
+    ) -> tuple[dict[str, dict[int, QueuedRun]], OrderedHeads, float]:
+        """Every backlogged user's head, synced into the policy and put in its order, and the slot share: what a
+        tick's decisions start from. The share stays right for the whole tick: a user whose last queued run is
+        dispatched is still active, with a run in flight."""
+        heads = self.store.heads()
+        self.policy.sync(heads)
+        return heads, OrderedHeads(self.policy, heads), fair_slot_share(load.slots, busy, heads)
+
     def _admits_for(
-        self, load: EngineLoad, busy: dict[int, int], heads: dict[str, dict[int, QueuedRun]]
+        self, load: EngineLoad, busy: dict[int, int], ordered: OrderedHeads, share: float
     ) -> Callable[[str, QueuedRun], bool]:
         """The gate for one decision, memoized per (tier, user above share): a decision may look at many users."""
-        share = fair_slot_share(load.slots, busy, heads)
+        heads = ordered.heads
         top = next((t.name for t in self.policy.tiers if heads.get(t.name)), None)
         cache: dict[tuple[str, bool, str], bool] = {}
         lowest: dict[str, float] = {}
         quantum: dict[str, float] = {}
         for tier, users in heads.items():
             if users:
-                lowest[tier] = min(self.policy.counter(tier, u) for u in users)
-                largest = max(r.cost / max(r.weight, 1e-6) for r in users.values())
-                quantum[tier] = HEADROOM_TOKEN_ALLOWANCE * largest
+                lowest[tier] = ordered.lowest_counter(tier)
+                quantum[tier] = HEADROOM_TOKEN_ALLOWANCE * ordered.largest_cost(tier)
 
         def admits(tier: str, run: QueuedRun) -> bool:
             ahead = self.policy.counter(run.tier, run.user_id) - lowest.get(run.tier, 0.0)

@@ -19,9 +19,11 @@ dispatcher). Its state is a small JSON-able dict so the dispatcher can keep it i
 
 from __future__ import annotations
 
+import bisect
 import copy
+import itertools
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,7 +124,9 @@ class FairPolicy:
             if not backlogged:
                 self.floor_credit[spec.name] = 0.0
 
-    def choose(self, heads: Heads, admits: Callable[[str, QueuedRun], bool]) -> QueuedRun | None:
+    def choose(
+        self, heads: Heads, admits: Callable[[str, QueuedRun], bool], ordered: OrderedHeads | None = None
+    ) -> QueuedRun | None:
         """The next run to dispatch, or None.
 
         ``admits(tier, run)`` says whether the engines have room for ``run`` under ``tier``'s gate. The gate
@@ -133,33 +137,48 @@ class FairPolicy:
         user below its slot share gets past a refused one, and only while the users ahead hold their share.
         A tier whose floor credit is due may also use the room of the highest backlogged tier: its floor would
         mean nothing if its own (stricter) gate kept it out while a higher tier dispatches.
+
+        ``ordered``: ``heads`` with each tier's users already in this order (the dispatcher's tick and the position
+        forecast keep one across decisions); None: sort them now.
         """
         backlogged = [t for t in self.tiers if heads.get(t.name)]
         if not backlogged:
             return None
+
+        def in_order(tier: str) -> Iterator[QueuedRun]:
+            if ordered is not None:
+                return ordered.in_order(tier)
+            return iter(self._users_in_order(tier, heads[tier]))
+
         top = backlogged[0].name
         for spec in backlogged:
             if spec.share_floor <= 0:
                 continue
-            ordered = self._users_in_order(spec.name, heads[spec.name])
-            if self.floor_credit[spec.name] < ordered[0].cost:
+            runs = in_order(spec.name)
+            first = next(runs)
+            if self.floor_credit[spec.name] < first.cost:
                 continue
-            for run in ordered:
+            for run in itertools.chain([first], runs):
                 if admits(spec.name, run) or admits(top, run):
                     return run
         for spec in backlogged:
-            for run in self._users_in_order(spec.name, heads[spec.name]):
+            for run in in_order(spec.name):
                 if admits(spec.name, run):
                     return run
         return None
 
-    def charge(self, run: QueuedRun, heads: Heads) -> None:
-        """Accounts for ``run`` having been dispatched; ``heads`` is the backlog it was chosen from."""
+    def charge(self, run: QueuedRun, heads: Heads, ordered: OrderedHeads | None = None) -> None:
+        """Accounts for ``run`` having been dispatched; ``heads`` is the backlog it was chosen from (``ordered``:
+        the same, kept in order, which knows the tier's lowest counter without a pass over its users)."""
         st = self._state[run.tier]
-        waiting = [st.counters.get(u, 0.0) for u in heads.get(run.tier, {})]
-        if waiting:
-            st.vtime = max(st.vtime, min(waiting))
-        st.counters[run.user_id] = st.counters.get(run.user_id, 0.0) + run.cost / max(run.weight, 1e-6)
+        if heads.get(run.tier):
+            lowest = (
+                ordered.lowest_counter(run.tier)
+                if ordered is not None
+                else min(st.counters.get(u, 0.0) for u in heads[run.tier])
+            )
+            st.vtime = max(st.vtime, lowest)
+        st.counters[run.user_id] = st.counters.get(run.user_id, 0.0) + unit_cost(run)
         self._seq += 1
         st.last_served[run.user_id] = self._seq
         for spec in self.tiers:
@@ -176,13 +195,15 @@ class FairPolicy:
         if st is not None and user_id in st.counters and amount > 0:
             st.counters[user_id] -= amount
 
+    def order_key(self, run: QueuedRun) -> tuple[float, int, float, int]:
+        """Where the head run ``run`` of its user stands in its tier: lowest counter first, then least recently
+        served, then oldest run (the user id last, so no two users tie)."""
+        st = self._state[run.tier]
+        return (st.counters.get(run.user_id, 0.0), st.last_served.get(run.user_id, -1), run.enqueued_at, run.user_id)
+
     def _users_in_order(self, tier: str, users: Mapping[int, QueuedRun]) -> list[QueuedRun]:
-        """The users' head runs, lowest counter first (ties: least recently served, then oldest run)."""
-        st = self._state[tier]
-        order = sorted(
-            users, key=lambda u: (st.counters.get(u, 0.0), st.last_served.get(u, -1), users[u].enqueued_at, u)
-        )
-        return [users[u] for u in order]
+        """The users' head runs in :meth:`order_key` order."""
+        return sorted(users.values(), key=self.order_key)
 
     # -- persistence ---------------------------------------------------------------------------------
 
@@ -240,6 +261,14 @@ class UserQueues:
     def heads(self) -> dict[str, dict[int, QueuedRun]]:
         return {tier: {u: q[0] for u, q in users.items() if q} for tier, users in self._queues.items()}
 
+    def runs(self) -> list[QueuedRun]:
+        """Every queued run, tier by tier, user by user, each user's in their order."""
+        return [run for users in self._queues.values() for queue in users.values() for run in queue]
+
+    def head_of(self, tier: str, user_id: int) -> QueuedRun | None:
+        queue = self._queues.get(tier, {}).get(user_id)
+        return queue[0] if queue else None
+
     def __len__(self) -> int:
         return sum(len(q) for users in self._queues.values() for q in users.values())
 
@@ -268,13 +297,91 @@ def dispatch_one(policy: FairPolicy, queues: UserQueues, admits: Callable[[str, 
 
 
 def forecast_order(policy: FairPolicy, queues: UserQueues, limit: int) -> list[QueuedRun]:
-    """The order the queued runs would be dispatched in if nothing new arrived (for queue positions)."""
+    """The order the queued runs would be dispatched in if nothing new arrived (for queue positions): what
+    :func:`dispatch_one` would give, decision after decision, with the users kept in order across decisions
+    (:class:`OrderedHeads`) instead of sorted for each."""
     policy = copy.deepcopy(policy)
     queues = copy.deepcopy(queues)
+    heads = queues.heads()
+    policy.sync(heads)
+    ordered = OrderedHeads(policy, heads)
     order: list[QueuedRun] = []
     while len(order) < limit:
-        run = dispatch_one(policy, queues, lambda _tier, _run: True)
+        run = policy.choose(heads, lambda _tier, _run: True, ordered=ordered)
         if run is None:
             break
+        policy.charge(run, heads, ordered=ordered)
+        queues.remove(run)
+        following = queues.head_of(run.tier, run.user_id)
+        ordered.dispatched(run, following)
+        if following is None:
+            policy.sync(heads)  # its user left the backlog
         order.append(run)
     return order
+
+
+def unit_cost(run: QueuedRun) -> float:
+    """What dispatching ``run`` adds to its user's counter: its tokens over the user's weight."""
+    return run.cost / max(run.weight, 1e-6)
+
+
+class OrderedHeads:
+    """``heads`` with each tier's users kept in :meth:`FairPolicy.order_key` order while decisions are made: one
+    sort per tier when built, then one re-insertion per decision (``bisect``), instead of a sort of every
+    backlogged user for every decision (the dispatcher's CPU a decision grew with the users waiting:
+    bench/dispatcher_ceiling.py).
+
+    Exact while the only changes to the policy's counters and to ``heads`` between its construction and each use
+    are the ones reported to :meth:`dispatched`: within one dispatcher tick, refunds and a reload of the counters
+    come before it is built, ``sync`` lifts no one once the heads stop changing, and a charge moves only the
+    dispatched user. It also keeps each tier's lowest counter and largest run cost, which the gate's headroom
+    rule reads for every decision."""
+
+    def __init__(self, policy: FairPolicy, heads: dict[str, dict[int, QueuedRun]]) -> None:
+        self.policy = policy
+        self.heads = heads
+        """The backlog it orders (each tier's users' head runs); :meth:`dispatched` updates it in place."""
+        self._keys: dict[str, dict[int, tuple[float, int, float, int]]] = {}
+        self._order: dict[str, list[tuple[float, int, float, int]]] = {}
+        self._costs: dict[str, list[float]] = {}
+        for tier, users in heads.items():
+            keys = {user: policy.order_key(run) for user, run in users.items()}
+            self._keys[tier] = keys
+            self._order[tier] = sorted(keys.values())
+            self._costs[tier] = sorted(unit_cost(run) for run in users.values())
+
+    def in_order(self, tier: str) -> Iterator[QueuedRun]:
+        users = self.heads.get(tier, {})
+        return (users[key[3]] for key in self._order.get(tier, []))
+
+    def lowest_counter(self, tier: str) -> float:
+        """The lowest counter among the tier's backlogged users (0 with none)."""
+        order = self._order.get(tier)
+        return order[0][0] if order else 0.0
+
+    def largest_cost(self, tier: str) -> float:
+        """The largest :func:`unit_cost` among the tier's head runs (0 with none)."""
+        costs = self._costs.get(tier)
+        return costs[-1] if costs else 0.0
+
+    def dispatched(self, run: QueuedRun, following: QueuedRun | None) -> None:
+        """``run`` (its user's head) was dispatched and charged; ``following`` is its user's next run (None: the
+        user has nothing else queued in the tier and leaves the backlog)."""
+        tier, user = run.tier, run.user_id
+        users = self.heads.setdefault(tier, {})
+        order = self._order.setdefault(tier, [])
+        costs = self._costs.setdefault(tier, [])
+        keys = self._keys.setdefault(tier, {})
+        old_key = keys.pop(user, None)
+        if old_key is not None:
+            del order[bisect.bisect_left(order, old_key)]
+            del costs[bisect.bisect_left(costs, unit_cost(users[user]))]
+        if following is None:
+            users.pop(user, None)
+            if not users:
+                self.heads.pop(tier, None)
+            return
+        users[user] = following
+        keys[user] = key = self.policy.order_key(following)
+        bisect.insort(order, key)
+        bisect.insort(costs, unit_cost(following))

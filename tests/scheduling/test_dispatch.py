@@ -3,6 +3,7 @@ and a fake sender; what only Redis can show (two dispatchers racing, the blockin
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections import Counter
 from dataclasses import replace
@@ -11,9 +12,10 @@ import pytest
 
 from scheduling.dispatcher import HEADROOM_TOKEN_ALLOWANCE, Dispatcher, DispatcherSettings, engine_priority
 from scheduling.gate import EngineSample, GatePolicy, TierGate
-from scheduling.policy import FairPolicy, QueuedRun, TierSpec
+from scheduling.policy import FairPolicy, QueuedRun, TierSpec, UserQueues, dispatch_one
 from scheduling.redis_store import RedisQueueStore
 from scheduling.store import InFlight, Position, QueueStore
+from tests.scheduling.random_backlog import random_backlog
 
 TIERS = ["pro", "plus", "free", "batch"]
 SPECS = [
@@ -523,3 +525,30 @@ def test_a_standby_dispatcher_leaves_the_wake_up_to_the_leader(redis_store: Redi
     store.release_leadership(leader_token)
     assert [r.run_id for r in standby.tick()] == [1] and standby.leading
     store.client.delete("sched:wake")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_tick_decides_exactly_as_one_decision_after_another(store: QueueStore, seed: int) -> None:
+    """The tick keeps the users in the policy's order across its decisions (``OrderedHeads``), the slot share and
+    the headroom's lowest counter and largest cost with it, and syncs the policy only when a user leaves the
+    backlog: with room for every run, it must send exactly what deciding one run at a time sends."""
+    policy, queues = random_backlog(seed, users=3 + 20 * seed, runs=240)
+    reference = copy.deepcopy(policy)
+    expected = [r.run_id for r in _decide_one_at_a_time(reference, copy.deepcopy(queues))]
+    for run in sorted(queues.runs(), key=lambda r: r.run_id):
+        assert store.push(run)
+    clock, sent = FakeClock(), list[QueuedRun]()
+    samples = [EngineSample(slots=100_000, running=0, waiting=0, tpot_s=None, updated_at=clock.now)]
+    d = make_dispatcher(store, samples, sent, clock)
+    d.policy = policy
+    d.settings = replace(SETTINGS, max_per_tick=len(expected))
+    d.tick()
+    assert len(expected) == 120 and [r.run_id for r in sent] == expected
+    assert d.policy.to_dict() == reference.to_dict()  # the counters, virtual times and floor credit it keeps
+
+
+def _decide_one_at_a_time(policy: FairPolicy, queues: UserQueues) -> list[QueuedRun]:
+    out = []
+    while (run := dispatch_one(policy, queues, lambda _tier, _run: True)) is not None:
+        out.append(run)
+    return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
 from collections import Counter
 
@@ -10,6 +11,7 @@ import pytest
 from scheduling.dispatcher import fair_slot_share, user_is_busy
 from scheduling.gate import EngineLoad, EngineSample, GatePolicy, TierGate, aggregate, engine_load
 from scheduling.policy import FairPolicy, QueuedRun, TierSpec, UserQueues, dispatch_one, forecast_order
+from tests.scheduling.random_backlog import random_backlog
 
 TIERS = [
     TierSpec("pro", 0),
@@ -174,6 +176,16 @@ def test_forecast_order_does_not_change_the_state() -> None:
     order = forecast_order(policy, queues, 10)
     assert [r.run_id for r in order] == [runs[3].run_id, runs[0].run_id, runs[2].run_id, runs[1].run_id]
     assert policy.to_dict() == before and len(queues) == 4
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_forecast_order_is_exactly_one_decision_after_another(seed: int) -> None:
+    """The forecast keeps the users in order across decisions (``OrderedHeads``) instead of sorting them for each:
+    it must give exactly what deciding one run at a time gives, floors, weights, refunds and ties included."""
+    policy, queues = random_backlog(seed, users=1 + seed * 7, runs=300)
+    expected = [r.run_id for r in drain(copy.deepcopy(policy), copy.deepcopy(queues), 1000)]
+    assert [r.run_id for r in forecast_order(policy, queues, 1000)] == expected
+    assert [r.run_id for r in forecast_order(policy, queues, 17)] == expected[:17]
 
 
 # -- the gate -----------------------------------------------------------------------------------------
