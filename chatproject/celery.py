@@ -11,7 +11,7 @@ from django.conf import settings
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatproject.settings.base")
 
 app = Celery("chatproject")
-app.config_from_object("django.conf:settings", namespace="CELERY")
+app.config_from_object("chatproject.celery_settings:CELERY", namespace="CELERY")
 app.autodiscover_tasks()
 
 
