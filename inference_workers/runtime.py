@@ -240,15 +240,17 @@ class WorkerRuntime:
         if self._stop.is_set() or self.host.dead is not None:
             return
         try:
-            self.beat()
+            self.beat(leases=False)
         except Exception:  # the run has ended either way; the loop's next beat says the same
             logger.warning("heartbeat after a run failed", exc_info=True)
 
-    def beat(self) -> None:
+    def beat(self, *, leases: bool = True) -> None:
         """Writes the heartbeat and refreshes the leases of the runs in progress (thread-safe: the heartbeat
-        thread and task threads whose run ended call it)."""
+        thread and task threads whose run ended call it). ``leases=False``: the heartbeat alone, for the beat
+        after a run: refreshing every run's lease at each run's end made a worker's Redis commands per run grow
+        with its runs in flight (256 lease writes a run at 256 slots); the heartbeat thread's beats keep them."""
         with self._beat_lock:
-            self._beat()
+            self._beat(leases=leases)
 
     def refresh_state(self) -> WorkerState:
         """Re-reads what to report for the deployment (every ``status_check_s``); past the drain deadline, asks
@@ -290,7 +292,7 @@ class WorkerRuntime:
                 logger.info("run %s: the drain deadline passed; handing it on", run.run_id)
                 run.handoff_requested.set()
 
-    def _beat(self) -> None:
+    def _beat(self, *, leases: bool = True) -> None:
         stats = self.host.stats()
         engine = self.host.engine
         ttl = self.worker_config.heartbeat_ttl_s
@@ -311,7 +313,7 @@ class WorkerRuntime:
             deployment=self.deployment,
             state=self.state,
         )
-        snapshot = self._engine_metrics_due(deployment=self.deployment or engine.model_name)
+        snapshot = self._engine_metrics_due(deployment=self.deployment or engine.model_name) if leases else None
         pipe = self.client.pipeline(transaction=False)
         write_heartbeat(beat, ttl_s=ttl, client=pipe)
         seen = (beat.running, beat.waiting, beat.active_runs, str(beat.state))
@@ -319,7 +321,7 @@ class WorkerRuntime:
             # What the dispatcher's gate reads changed: it looks again now, instead of polling for it.
             self._last_seen = seen
             wake_dispatcher(pipe)
-        for run_id in self.active_run_ids():
+        for run_id in self.active_run_ids() if leases else ():
             pipe.set(run_lease_key(run_id), self.lease_value, ex=ttl, xx=True)
         if snapshot is not None:
             publish_engine_metrics(snapshot, ttl_s=engine_metrics_ttl_s(self.worker_config), client=pipe)

@@ -14,6 +14,7 @@ from generation.worker_contract import (
     drop_heartbeat,
     heartbeat_key,
     live_worker_names,
+    run_lease_key,
     worker_heartbeats,
     write_heartbeat,
 )
@@ -184,3 +185,25 @@ def test_a_run_that_ends_is_followed_by_a_heartbeat_at_once_that_wakes_the_dispa
     assert after.updated_at > before.updated_at and (after.running, after.active_runs) == (0, 0)
     assert client.llen(WAKE_KEY) == 1  # its slot is free: the dispatcher looks again now
     client.delete(WAKE_KEY)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_beat_after_a_run_is_the_heartbeat_alone_and_the_regular_beat_keeps_the_leases(
+    sim_runtime: WorkerRuntime,
+) -> None:
+    """Refreshing every run's lease at each run's end made the Redis commands per run grow with the runs in flight;
+    the regular beat refreshes them."""
+    client = get_redis()
+    sim_runtime.register(run_id=999_001, attempt=1)  # another run, still generating here
+    try:
+        client.set(run_lease_key(999_001), sim_runtime.lease_value, ex=2)
+        client.delete(WAKE_KEY)
+        sim_runtime.beat_after_run()
+        assert 0 < client.ttl(run_lease_key(999_001)) <= 2  # not refreshed
+        [beat] = [b for b in worker_heartbeats() if b.worker == sim_runtime.worker_name]
+        assert beat.active_runs == 1 and client.llen(WAKE_KEY) == 1  # the heartbeat itself went out
+        sim_runtime.beat()
+        assert client.ttl(run_lease_key(999_001)) > 2
+    finally:
+        sim_runtime.unregister(999_001)
+        client.delete(run_lease_key(999_001), WAKE_KEY)
