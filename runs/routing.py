@@ -135,9 +135,14 @@ def send_to_workers(dispatches: list[Dispatch]) -> list[tuple[Dispatch, Exceptio
 
 def _route(dispatch: Dispatch, run: Run | None, heartbeats: Mapping[str, WorkerHeartbeat], *, looked_up: bool) -> Route:
     tier_queue = deployment_queue(dispatch.queue, dispatch.deployment) if dispatch.deployment else dispatch.queue
+    failed = Route(queue=tier_queue, worker=None, reason="affinity_lookup_failed")
     if not looked_up:
-        return Route(queue=tier_queue, worker=None, reason="affinity_lookup_failed")
-    return route_run(run=run, tier_queue=tier_queue, deployment=dispatch.deployment, heartbeats=heartbeats)
+        return failed
+    try:
+        return route_run(run=run, tier_queue=tier_queue, deployment=dispatch.deployment, heartbeats=heartbeats)
+    except Exception:  # routing never blocks a run: any worker will do
+        logger.exception("run %s: chat affinity routing failed; using the tier queue", dispatch.run_id)
+        return failed
 
 
 def _log_dispatched(dispatch: Dispatch, run: Run | None, route: Route) -> None:

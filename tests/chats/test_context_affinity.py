@@ -192,3 +192,24 @@ def test_a_gpu_worker_consumes_its_own_queue_and_other_workers_do_not() -> None:
     other.amqp.queues.select(["maintenance"])
     consume_own_queue(sender="cpu@host", instance=SimpleNamespace(app=other))
     assert list(other.amqp.queues.consume_from) == ["maintenance"]
+
+
+@pytest.mark.django_db
+def test_a_batch_whose_heartbeats_cannot_be_read_goes_to_the_tier_queue(
+    clean_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Routing never blocks a run: when Redis does not answer the previous workers' heartbeats, every run of the
+    batch goes to its tier queue."""
+    pinned = RunFactory.create(chat=ChatFactory.create(last_worker="gpu-a@host"))
+    _beat(clean_redis, "gpu-a@host", running=0)
+    for queue in ("free", worker_queue("gpu-a@host")):
+        _sent_to(queue)
+
+    def redis_down(workers: object) -> dict[str, WorkerHeartbeat]:
+        raise redis.ConnectionError("Redis is restarting")
+
+    monkeypatch.setattr("runs.routing.worker_heartbeats_of", redis_down)
+    with caplog.at_level("INFO", logger="runs.events"):
+        assert send_to_workers([Dispatch(pinned.pk, "free")]) == []
+    assert _sent_to("free") == [[pinned.pk]] and _sent_to(worker_queue("gpu-a@host")) == []
+    assert f"run {pinned.pk} sent to queue free (affinity_lookup_failed)" in caplog.messages
