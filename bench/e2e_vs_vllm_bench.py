@@ -75,6 +75,7 @@ from bench.lib.stack import (  # noqa: E402
     ensure_database,
     flush_redis,
     high_limits_user,
+    set_moderation,
     spawn,
 )
 
@@ -421,6 +422,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--profile-s", type=int, default=20)
     parser.add_argument("--profile-rate", type=int, default=100, help="py-spy samples per second")
     parser.add_argument("--quick", action="store_true", help="a short run: 3/8/32 prompts, 1 round, 32 tokens")
+    parser.add_argument(
+        "--moderation",
+        choices=["on", "off"],
+        default="on",
+        help="our pro tier's moderation passes (on: as shipped; off: neither, the work vLLM's server does)",
+    )
     parser.add_argument("--database-url", default="postgres://chat:chat@127.0.0.1:5432/chat_bench")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/5", help="our stack's Redis (flushed)")
     parser.add_argument("--broker-url", default="redis://127.0.0.1:6379/6", help="our stack's broker (flushed)")
@@ -462,6 +469,7 @@ def main() -> None:
     from accounts.tier_defaults import seed_default_tiers
 
     seed_default_tiers(Tier)
+    set_moderation(on=args.moderation == "on")
     cfg = settings.ENGINE
     if not Path(cfg.model_path).is_dir():
         raise SystemExit(f"{cfg.model_path} is missing: run `manage.py prepare_model` first")

@@ -51,7 +51,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.lib import proc_cpu  # noqa: E402
 from bench.lib.serve_client import LevelResult, ServeTarget, run_level  # noqa: E402
-from bench.lib.stack import PY, ensure_database, flush_redis, high_limits_user, spawn  # noqa: E402
+from bench.lib.stack import PY, ensure_database, flush_redis, high_limits_user, set_moderation, spawn  # noqa: E402
 
 OUR_PROCESSES = ("web", "worker", "dispatcher", "redis-server", "postgres (cluster)")
 
@@ -266,6 +266,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=20261203)
     parser.add_argument("--quick", action="store_true", help="one small level (CI's short form)")
     parser.add_argument("--json", type=Path, help="also write each level's figures to this file")
+    parser.add_argument(
+        "--moderation",
+        choices=["on", "off"],
+        default="on",
+        help="the pro tier's moderation passes (on: as shipped, the prompt and the streamed answer; off: neither, "
+        "the work of vLLM's own server)",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.levels, args.prompts_per_stream, args.output_len, args.slots = "16", 2, 32, 64
@@ -297,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     from accounts.tier_defaults import seed_default_tiers
 
     seed_default_tiers(Tier)
+    set_moderation(on=args.moderation == "on")
     args.tokenizer = settings.ENGINE.model_path
     logs = ROOT / "artifacts"
     results = logs / "ceiling-serve"
@@ -306,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"stand-in engine: {args.slots} sequences at {args.rate:g} tok/s each (ceiling {args.slots * args.rate:,.0f} "
         f"tok/s); random prompts of {args.input_len} tokens, {args.output_len} output tokens (ignore_eos); levels "
-        f"{args.levels}, {args.prompts_per_stream} prompts per stream; {os.cpu_count()} cores, load average "
+        f"{args.levels}, {args.prompts_per_stream} prompts per stream; moderation {args.moderation}; "
+        f"{os.cpu_count()} cores, load average "
         f"{os.getloadavg()[0]:.2f}",
         flush=True,
     )

@@ -71,6 +71,18 @@ def high_limits_user() -> str:
     return str(Token.objects.create(user=unlimited_user("e2e-bench")).key)
 
 
+def set_moderation(*, on: bool) -> None:
+    """The bench users' tier (pro) checks prompts and streamed answers as shipped, or neither (before the stack
+    starts: each process reads the policy itself)."""
+    from accounts.models import Tier
+    from moderation.models import ModerationPolicy, OutputMode
+
+    ModerationPolicy.objects.update_or_create(
+        tier=Tier.objects.get(name="pro"),
+        defaults={"input_enabled": on, "output_mode": OutputMode.RETRACT if on else OutputMode.OFF},
+    )
+
+
 def unlimited_user(prefix: str) -> Any:
     """A pro user (named ``<prefix>-<random>``) whose limits no bench reaches."""
     from accounts.models import Tier, User, UserLimitOverride
