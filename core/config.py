@@ -159,7 +159,7 @@ class StreamConfig:
     done_ttl_s: int
     """TTL of a run's stream after its terminal event; after that the SSE endpoint replays from Postgres."""
     keepalive_s: float
-    """Seconds between SSE keep-alive comments on idle streams."""
+    """Seconds between keep-alives on idle streams (SSE comments on `/api`, blank lines on `/v1`)."""
     event_budget_per_s: float
     """Adaptive coalescing: stream events per second the web tier should relay in total; the flush interval
     grows with the number of active streams to stay near it (raise it with the number of web processes)."""

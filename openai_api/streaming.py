@@ -27,7 +27,12 @@ from runs.models import FinishReason, Run, RunStatus
 from runs.streaming.contract import StreamEvent
 from runs.streaming.follow import iter_run_items, open_run_stream
 
-KEEPALIVE = b": keep-alive\n\n"
+KEEPALIVE = b"\n\n"
+"""What a silent stream sends every ``STREAMS.keepalive_s``: blank lines, which the SSE format says dispatch nothing
+(the OpenAI client, browsers and vLLM's benchmark client skip them), and which keep proxies from closing an idle
+connection. Not an SSE comment (``: keep-alive``): vLLM's benchmark client strips each read before it looks for the
+blank line that ends a message, so a comment read on its own glued every later message to it and the client parsed
+nothing more (a run that waited in the queue past one keep-alive was counted as failed)."""
 DONE = b"data: [DONE]\n\n"
 
 
