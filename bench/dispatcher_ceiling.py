@@ -167,9 +167,7 @@ def _time_phases(dispatcher: Any) -> dict[str, float]:
 
         return wrapper
 
-    for method in ("claim_and_peek", "claim", "head_of"):  # (the last two: the code before claim_and_peek)
-        if hasattr(dispatcher.store, method):
-            setattr(dispatcher.store, method, timed("claims", getattr(dispatcher.store, method)))
+    dispatcher.store.claim_and_peek = timed("claims", dispatcher.store.claim_and_peek)
     dispatcher._send = timed("sends", dispatcher._send)
     dispatcher.refresh_positions = timed("positions", dispatcher.refresh_positions)
     if dispatcher.housekeeping is not None:

@@ -22,7 +22,6 @@ from generation.worker_contract import (
     WorkerHeartbeat,
     deployment_queue,
     send_generates,
-    worker_heartbeat,
     worker_heartbeats_of,
 )
 from runs.lifecycle_log import RunStep, log_run_step, log_step
@@ -32,12 +31,10 @@ from scheduling.affinity import Route, WorkerLoad, choose_route
 logger = logging.getLogger(__name__)
 
 
-def previous_worker_load(worker: str, heartbeats: Mapping[str, WorkerHeartbeat] | None = None) -> list[WorkerLoad]:
-    """The chat's previous worker as the router sees it (empty: none, or gone); from ``heartbeats`` when the caller
-    read them for a batch, else from Redis."""
-    if not worker:
-        return []
-    beat = heartbeats.get(worker) if heartbeats is not None else worker_heartbeat(worker)
+def previous_worker_load(worker: str, heartbeats: Mapping[str, WorkerHeartbeat]) -> list[WorkerLoad]:
+    """The chat's previous worker as the router sees it (empty: none, or gone), from the heartbeats read for the
+    batch."""
+    beat = heartbeats.get(worker) if worker else None
     if beat is None:
         return []
     return [
@@ -67,12 +64,12 @@ def route_run(
     *,
     run: Run | None,
     tier_queue: str,
+    heartbeats: Mapping[str, WorkerHeartbeat],
     deployment: str = "",
-    heartbeats: Mapping[str, WorkerHeartbeat] | None = None,
 ) -> Route:
     """Where ``generate(run)`` goes: the chat's previous worker's own queue (when it serves the run's deployment),
-    or the tier queue of the run's deployment. ``heartbeats``: the previous workers' heartbeats, read once for a
-    batch (None: read this run's)."""
+    or the tier queue of the run's deployment. ``heartbeats``: the previous workers' heartbeats, read once for the
+    batch (``worker_heartbeats_of``)."""
     if not settings.CONTEXT.chat_affinity:
         return Route(queue=tier_queue, worker=None, reason="disabled")
     previous = run.chat.last_worker if run is not None else ""
