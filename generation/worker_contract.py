@@ -92,6 +92,23 @@ def cancel_channel() -> str:
     return "runs:cancel"
 
 
+def yield_channel() -> str:
+    """Pub/sub channel that carries run ids to preempt: the worker generating one hands it off (it stops within an
+    engine step, and the run goes back to its queue to continue from the text it streamed)."""
+    return "runs:yield"
+
+
+def request_yields(run_ids: list[int], *, client: redis.Redis) -> None:
+    """Asks the workers to hand these runs off (the dispatcher's preemption); one round trip. A run that no worker
+    is generating (not started yet, or ended meanwhile) ignores it."""
+    if not run_ids:
+        return
+    pipe = client.pipeline(transaction=False)
+    for run_id in run_ids:
+        pipe.publish(yield_channel(), run_id)
+    pipe.execute()
+
+
 def summary_pending_key(chat_id: int) -> str:
     """Set while a summary task of the chat is queued or running: one at a time per chat."""
     return f"chat:{chat_id}:summary-pending"

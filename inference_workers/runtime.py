@@ -42,6 +42,7 @@ from generation.worker_contract import (
     publish_engine_metrics,
     run_lease_key,
     write_heartbeat,
+    yield_channel,
 )
 from inference_workers.engine.base import WARM_UP_REQUEST_PREFIX, GenerationRequest, InferenceEngine
 from inference_workers.engine.host import EngineHost
@@ -80,8 +81,10 @@ class ActiveRun:
     request_id: str
     cancel_requested: threading.Event = field(default_factory=threading.Event)
     handoff_requested: threading.Event = field(default_factory=threading.Event)
-    """Set when this worker drains past its deadline: the attempt stops and hands the run on to another worker
-    of the model, which continues it from the tokens already streamed."""
+    """Set when this worker drains past its deadline, or when the dispatcher preempts the run: the attempt stops
+    and hands the run back to the queue, and the next attempt continues it from the tokens already streamed."""
+    handoff_reason: str = "handoff"
+    """Why, once ``handoff_requested`` is set: ``handoff`` (the drain) or ``preempted``."""
 
 
 def terminate_process() -> None:
@@ -274,13 +277,17 @@ class WorkerRuntime:
             self.hand_off_all()
         return state
 
-    def request_handoff(self, run_id: int) -> bool:
-        """Asks the run's attempt here to stop and go on on another worker; False if it is not generated here."""
+    def request_handoff(self, run_id: int, *, reason: str = "handoff") -> bool:
+        """Asks the run's attempt here to stop and go on later (on another worker, after a drain; wherever the
+        dispatcher sends it, after a preemption: ``reason`` ``preempted``); False if it is not generated here."""
         with self._lock:
             active = self._active.get(run_id)
-        if active is None:
+        if active is None or active.handoff_requested.is_set():
             return False
+        active.handoff_reason = reason
         active.handoff_requested.set()
+        if reason == "preempted":
+            logger.info("run %s: preempted; it yields its engine slot", run_id)
         return True
 
     def hand_off_all(self) -> None:
@@ -360,14 +367,18 @@ class WorkerRuntime:
         while not self._stop.is_set():
             pubsub = self.client.pubsub(ignore_subscribe_messages=True)
             try:
-                pubsub.subscribe(cancel_channel())
+                pubsub.subscribe(cancel_channel(), yield_channel())
                 # Signals sent while (re)subscribing are still seen through the cancel keys.
                 for run_id in self.active_run_ids():
                     if self.cancel_pending(run_id):
                         self.request_cancel(run_id)
                 while not self._stop.is_set():
                     message = pubsub.get_message(timeout=0.5)
-                    if message and str(message.get("data", "")).isdigit():
+                    if not message or not str(message.get("data", "")).isdigit():
+                        continue
+                    if str(message.get("channel", "")) == yield_channel():
+                        self.request_handoff(int(message["data"]), reason="preempted")
+                    else:
                         self.request_cancel(int(message["data"]))
             except Exception:  # reconnect after Redis errors
                 logger.exception("cancel listener failed; resubscribing")

@@ -149,7 +149,10 @@ class GenerationAttempt:
         self.finish_reason = EngineFinishReason.ABORT
         """The engine's, once its last delta says; ``abort`` until then (a cancel, a handoff)."""
         self.handed_off = False
-        """The worker drained past its deadline and :meth:`pump` stopped for :meth:`result` to hand the run on."""
+        """The worker drained past its deadline, or the dispatcher preempted the run, and :meth:`pump` stopped for
+        :meth:`result` to hand the run on."""
+        self.handoff_reason = "handoff"
+        """``ActiveRun.handoff_reason`` once :attr:`handed_off`."""
         self.coalescer: DeltaCoalescer | None = None
         """What writes this attempt's deltas to the stream, once :meth:`pump` has built the engine request."""
         self._last_abort = 0.0
@@ -299,6 +302,7 @@ class GenerationAttempt:
                     # stream is the answer so far, and no client saw them).
                     self.runtime.host.abort(request.request_id)
                     self.handed_off = True
+                    self.handoff_reason = active.handoff_reason
                     break
                 if active.cancel_requested.is_set() and time.monotonic() - self._last_abort > 0.5:
                     # An abort that reached the engine before the request did is a no-op: repeat it.
@@ -427,13 +431,16 @@ class GenerationAttempt:
         before the requeue commits, it requeues the run itself and the handoff finds nothing to do."""
         self.runtime.release(self.run_id)
         handed = _with_db_retry(
-            lambda: run_handoff(run_id=self.run_id, attempt=self.attempt, worker=self.runtime.worker_name),
+            lambda: run_handoff(
+                run_id=self.run_id, attempt=self.attempt, worker=self.runtime.worker_name, reason=self.handoff_reason
+            ),
             run_id=self.run_id,
             what="handing it off",
         )
         if handed is None:
             return False
-        logger.info("run %s: attempt %s handed it off (the worker drains)", self.run_id, self.attempt)
+        why = "preempted" if self.handoff_reason == "preempted" else "the worker drains"
+        logger.info("run %s: attempt %s handed it off (%s)", self.run_id, self.attempt, why)
         return True
 
 

@@ -12,7 +12,7 @@ from django.conf import settings
 from accounts.models import Tier
 from core.db_executor import reconnect_after_db_error
 from core.redis_client import get_redis
-from generation.worker_contract import worker_heartbeats
+from generation.worker_contract import request_yields, worker_heartbeats
 from runs.dispatcher_figures import DispatcherFigures
 from runs.models import RunStatus
 from runs.reaper import reap_orphaned_runs, requeue_lost_runs
@@ -57,6 +57,11 @@ def send_runs(runs: list[QueuedRun]) -> list[QueuedRun]:
         logger.error("sending run %s failed (%s); it goes back to its queue", dispatch.run_id, exc)
     lost = {dispatch.run_id for dispatch, _exc in failed}
     return [run for run in runs if run.run_id in lost]
+
+
+def ask_runs_to_yield(run_ids: list[int]) -> None:
+    """The workers generating these runs hand them off (a preemption: ``generation.worker_contract.request_yields``)."""
+    request_yields(run_ids, client=get_redis())
 
 
 def publish_positions(positions: dict[int, Position]) -> None:
@@ -118,6 +123,7 @@ def build_dispatcher(*, use_leader_lock: bool = True) -> Dispatcher:
             fallback_max_in_flight=cfg.fallback_max_in_flight,
             idle_running_fraction=cfg.idle_running_fraction,
             headroom_slots=cfg.headroom_slots,
+            preempt=cfg.preempt,
         ),
         settings=DispatcherSettings(
             stale_after_s=cfg.stale_after_s,
@@ -129,6 +135,7 @@ def build_dispatcher(*, use_leader_lock: bool = True) -> Dispatcher:
         stats=engine_samples,
         send=send_run,
         send_batch=send_runs,
+        preempt=ask_runs_to_yield,
         on_positions=publish_positions,
         use_leader_lock=use_leader_lock,
         housekeeping=Housekeeping(),

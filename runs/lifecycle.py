@@ -122,7 +122,7 @@ def run_mark_streaming(*, run_id: int, worker: str, streamed: StreamedAnswer | N
             return run, False
         if run.status == RunStatus.CANCELLING:
             return run_end(run, status=RunStatus.CANCELLED), True
-        if run.attempts >= settings.WORKERS.max_attempts:
+        if run.attempts - run.handoffs >= settings.WORKERS.max_attempts:
             error = f"Generation was started {run.attempts} times and never finished; giving up."
             return run_end(run, status=RunStatus.FAILED, error=error), True
         run.recovery, run.resumed_tokens = run_recovery_of(run, streamed)
@@ -309,9 +309,11 @@ def run_requeue_orphan(*, run_id: int, worker: str, attempt: int | None = None) 
         return _requeue(run, worker=worker, reason="worker_lost", why=f"worker {worker} vanished")
 
 
-def run_handoff(*, run_id: int, attempt: int, worker: str) -> Run | None:
-    """Hands a run that ``worker``'s attempt ``attempt`` was generating back to the queue: its worker drains
-    past its deadline, and another worker of the model continues the run from the text already streamed.
+def run_handoff(*, run_id: int, attempt: int, worker: str, reason: str = "handoff") -> Run | None:
+    """Hands a run that ``worker``'s attempt ``attempt`` was generating back to the queue, to be continued from the
+    text already streamed: its worker drains past its deadline (``reason`` ``handoff``: another worker of the model
+    goes on with it), or the dispatcher preempted it for a user below their share (``preempted``). An attempt handed
+    off ended cleanly: it does not count against ``WORKER_MAX_ATTEMPTS`` (``Run.handoffs``).
 
     Locks the run row (``SELECT ... FOR UPDATE``): a cancel, the reaper or a finish may race it. Only a run
     that this attempt still owns and that is ``streaming`` is requeued (and handed on after commit, moved to
@@ -323,7 +325,10 @@ def run_handoff(*, run_id: int, attempt: int, worker: str) -> Run | None:
         run = Run.objects.select_for_update(of=("self",)).select_related("deployment").get(pk=run_id)
         if run.status != RunStatus.STREAMING or run.attempts != attempt or run.worker != worker:
             return None
-        return _requeue(run, worker=worker, reason="handoff", why=f"worker {worker} handed it off")
+        run.handoffs += 1
+        run.save(update_fields=["handoffs"])
+        why = "it was preempted" if reason == "preempted" else f"worker {worker} handed it off"
+        return _requeue(run, worker=worker, reason=reason, why=why)
 
 
 def _requeue(run: Run, *, worker: str, reason: str, why: str) -> Run:
@@ -351,7 +356,7 @@ def _requeue(run: Run, *, worker: str, reason: str, why: str) -> Run:
         ),
         robust=True,
     )
-    transaction.on_commit(lambda: run_enqueue(run=run))
+    transaction.on_commit(lambda: run_enqueue(run=run, requeued=True))
     return run
 
 

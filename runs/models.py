@@ -156,6 +156,11 @@ class Run(models.Model):
     output_tokens = models.PositiveIntegerField(default=0)
     reserved_tokens = models.PositiveIntegerField(default=0)
     attempts = models.PositiveSmallIntegerField(default=0)
+    handoffs = models.PositiveSmallIntegerField(
+        default=0,
+        help_text="Attempts that handed the run back to the queue (a drain, a preemption): they ended cleanly and "
+        "do not count against WORKER_MAX_ATTEMPTS.",
+    )
     recovery = models.CharField(
         max_length=16,
         choices=Recovery.choices,

@@ -49,13 +49,20 @@ def count_input_tokens(text: str) -> int:
         return estimate_tokens_by_chars(text)
 
 
-def run_enqueue(*, run: Run, limits: EffectiveLimits | None = None) -> None:
+def run_enqueue(*, run: Run, limits: EffectiveLimits | None = None, requeued: bool = False) -> None:
     """Puts a committed queued run in its user's scheduler queue (idempotent). ``limits``: the user's, when the
-    caller has just read them (a new prompt), else they are read here."""
+    caller has just read them (a new prompt), else they are read here.
+
+    ``requeued``: the run was dispatched and comes back (a hand-off, a preemption, a lost worker): it goes ahead of
+    its user's other queued runs (it was sent before them, and its answer may be half streamed), and the fair-share
+    charge of its first dispatch is refunded, since the next dispatch charges it again (the refund when it ends
+    settles what it used)."""
     limits = limits or user_limits(user=run.user)
     cost = run.reserved_tokens or (count_input_tokens(run.user_message.content) + run.max_tokens)
     served = deployment_by_id(run.deployment_id)
     store: RunQueueWriter = get_scheduler_store()
+    if requeued:
+        store.add_refund(tier=run.tier.name, user_id=run.user_id, amount=cost / max(limits.share_weight, 1e-6))
     store.push(
         QueuedRun(
             run_id=run.pk,
@@ -65,6 +72,7 @@ def run_enqueue(*, run: Run, limits: EffectiveLimits | None = None) -> None:
             weight=limits.share_weight,
             enqueued_at=run.created_at.timestamp(),
             deployment=served.key if served is not None else "",
-        )
+        ),
+        front=requeued,
     )
     log_run_step(RunStep.QUEUED, run, f"run {run.pk} queued for the {run.tier.name} tier", cost=cost)

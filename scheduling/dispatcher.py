@@ -6,8 +6,15 @@ trip) and, at the end of the tick, hand the runs chosen to ``send_batch`` (or ``
 guard against double dispatch (a second dispatcher, a lost lock, a concurrent cancel); the lock only keeps
 the policy's counters consistent. Queue positions and estimated waits are refreshed every few seconds.
 The Django command ``run_dispatcher`` supplies ``stats`` (worker heartbeats), ``send`` (Celery),
-``on_positions`` (status events on the runs' streams) and an ``observer`` that records the figures for
-``/metrics`` (``runs.dispatcher_figures``).
+``on_positions`` (status events on the runs' streams), ``preempt`` (the workers' hand-off signal) and an
+``observer`` that records the figures for ``/metrics`` (``runs.dispatcher_figures``).
+
+Preemption (``GatePolicy.preempt``): the headroom slots are lent to busy users instead of kept empty, so one user's
+burst gets every slot the engine has, as vLLM's own server gives it. When a run of a user below their share is sent
+to a full engine, the dispatcher also asks one run of the busiest user to yield (``preempt``): vLLM does not preempt
+for a slot (only under KV-cache pressure), so the worker aborts that run's request, and the run goes back to the
+front of its user's queue and later continues from the text it streamed (the drain hand-off's path), while the
+newcomer, first in vLLM's waiting queue by its priority band, takes the freed slot within an engine step.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import redis
 
 from scheduling.gate import EngineLoad, EngineSample, GatePolicy, aggregate, deployment_loads, engine_load
 from scheduling.policy import FairPolicy, OrderedHeads, QueuedRun, forecast_order, unit_cost
-from scheduling.store import DispatcherStore, Position
+from scheduling.store import DispatcherStore, InFlightRun, Position
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +91,18 @@ HEADROOM_TOKEN_ALLOWANCE = 2
 headroom: 1 equalizes tokens among backlogged users best, but a light user who sends two or three prompts at once
 (an open-loop user) then waits for the flood's counter to catch up; 2 keeps both (see docs/benchmarks.md "Fairness on
 the real engine")."""
+
+PREEMPT_MIN_AGE_S = 0.5
+"""A run is preempted only once it has been in flight this long: a younger one is likely not in the engine yet
+(yielding it frees no slot)."""
+
+YIELD_TIMEOUT_S = 30.0
+"""A preemption counts as outstanding (against ``headroom_slots``) until its run leaves the in-flight set, or this
+long (a worker that never got the signal: the run was not generating there)."""
+
+PREEMPT_AGAIN_AFTER_S = 60.0
+"""A run preempted is not chosen again for this long (it goes back first in its user's queue and is sent again
+soon, as the newest run in flight: without this it would be the next victim every time)."""
 
 ENGINE_PRIORITY_BANDS = 10
 """Fairness bands of vLLM's priority within one tier: a tier's runs get ``tier priority x 10 + band``."""
@@ -147,6 +166,7 @@ class Dispatcher:
         housekeeping: Callable[[], object] | None = None,
         observer: DispatchObserver | None = None,
         send_batch: Callable[[list[QueuedRun]], list[QueuedRun]] | None = None,
+        preempt: Callable[[list[int]], None] | None = None,
     ) -> None:
         self.store = store
         self.policy = policy
@@ -162,6 +182,12 @@ class Dispatcher:
         self.send_batch = send_batch
         """Sends every run a tick chose at once and returns those it could not send (the wiring's: one routing
         query for them all); None: ``send`` each in turn, stopping at the first failure."""
+        self.preempt = preempt
+        """Asks the workers to hand these runs off (``GatePolicy.preempt``); None: no preemption."""
+        self._yields: dict[int, tuple[str, float]] = {}
+        """Runs asked to yield -> (deployment, when), for ``PREEMPT_AGAIN_AFTER_S``."""
+        self._in_flight_runs: list[InFlightRun] | None = None
+        """This tick's runs in flight, read when a preemption is first considered."""
         self._last_housekeeping_at = float("-inf")
         self.token = store.new_lock_token()
         self._dispatch_times: deque[float] = deque()
@@ -207,17 +233,27 @@ class Dispatcher:
         load, busy = self.current_load()
         self.last_load = load
         chosen: list[QueuedRun] = []
+        yields: dict[int, InFlightRun] = {}
+        self._in_flight_runs = None
         attempts = 0
         heads, ordered, share = self._read_heads(load, busy)
         while len(chosen) < self.settings.max_per_tick and attempts < 2 * self.settings.max_per_tick:
             attempts += 1
-            run = self.policy.choose(heads, self._admits_for(load, busy, ordered, share), ordered=ordered)
+            below_share: dict[int, bool] = {}
+            run = self.policy.choose(
+                heads, self._admits_for(load, busy, ordered, share, below_share=below_share), ordered=ordered
+            )
             if run is None:
                 break
             claimed, following = self.store.claim_and_peek(run, now=self.clock())
             if not claimed:  # another dispatcher or a cancel took it: read the heads again
                 heads, ordered, share = self._read_heads(load, busy)
                 continue
+            if below_share.get(run.run_id) and self._can_preempt(run, load):
+                victim = self._victim(run, busy, share)
+                if victim is not None:
+                    yields[run.run_id] = victim
+                    self._yields[victim.run_id] = (victim.deployment, self.clock())
             run = replace(
                 run,
                 engine_priority=engine_priority(
@@ -237,6 +273,8 @@ class Dispatcher:
             if run.deployment:
                 self.deployment_loads[run.deployment] = _one_more(self._load_of(run.deployment))
         sent = self._send(chosen, busy)
+        if yields:
+            self._ask_to_yield(sent, yields)
         self.store.save_policy(self.policy.to_dict())
         if self.observer is not None:
             tiers = [tier for tier in self.store.tiers if tier in self.gate.gates]
@@ -295,6 +333,73 @@ class Dispatcher:
                 self._observe(partial(self.observer.decided, run, waited_s=max(0.0, now - run.enqueued_at)))
         return sent
 
+    # -- preemption ---------------------------------------------------------------------------------
+
+    def _can_preempt(self, run: QueuedRun, load: EngineLoad) -> bool:
+        """Preemption is on and ``run``'s engine is full (a run of a user below their share, the caller's to check)."""
+        if not self.gate.preempt or self.preempt is None:
+            return False
+        return self.gate.full(self._load_of(run.deployment) if run.deployment else load)
+
+    def _victim(self, run: QueuedRun, busy: dict[int, int], share: float) -> InFlightRun | None:
+        """The run that yields its slot to ``run``: on the same deployment, of a user at or above their slot share,
+        in ``run``'s tier or a lower one (lowest tier first), of the user with the most runs in flight, the newest
+        of those in flight for ``PREEMPT_MIN_AGE_S``. None when there is none, or when ``headroom_slots``
+        preemptions are still outstanding on that deployment."""
+        now = self.clock()
+        if self._in_flight_runs is None:
+            self._in_flight_runs = self.store.in_flight_runs()
+            self._yields = {rid: asked for rid, asked in self._yields.items() if now - asked[1] < PREEMPT_AGAIN_AFTER_S}
+        sent_at = {r.run_id: r.sent_at for r in self._in_flight_runs}
+        outstanding = sum(  # asked, and still in flight since the dispatch it was asked to leave
+            1
+            for rid, (dep, at) in self._yields.items()
+            if dep == run.deployment and sent_at.get(rid, at) < at and now - at < YIELD_TIMEOUT_S
+        )
+        if outstanding >= max(1, self.gate.headroom_slots):
+            return None
+        tiers = {t.name: t.priority for t in self.policy.tiers}
+        rank = tiers.get(run.tier)
+        if rank is None:
+            return None
+        candidates = [
+            r
+            for r in self._in_flight_runs
+            if r.deployment == run.deployment
+            and r.user_id != run.user_id
+            and r.run_id not in self._yields
+            and tiers.get(r.tier, -1) >= rank
+            and busy.get(r.user_id, 0) >= share
+            and now - r.sent_at >= PREEMPT_MIN_AGE_S
+        ]
+        if not candidates:
+            return None
+        return max(candidates, key=lambda r: (tiers[r.tier], busy.get(r.user_id, 0), r.sent_at))
+
+    def _ask_to_yield(self, sent: list[QueuedRun], yields: dict[int, InFlightRun]) -> None:
+        """Asks the victims of the runs sent to yield (a run that could not be sent takes no slot back)."""
+        sent_ids = {run.run_id for run in sent}
+        victims = [victim for run_id, victim in yields.items() if run_id in sent_ids]
+        for run_id, victim in yields.items():
+            if run_id not in sent_ids:
+                self._yields.pop(victim.run_id, None)
+        if not victims or self.preempt is None:
+            return
+        for run_id, victim in yields.items():
+            if run_id in sent_ids:
+                logger.info(
+                    "run %s (user %s) preempts run %s of user %s on %s",
+                    run_id,
+                    next(r.user_id for r in sent if r.run_id == run_id),
+                    victim.run_id,
+                    victim.user_id,
+                    victim.deployment or "the engines",
+                )
+        try:
+            self.preempt([victim.run_id for victim in victims])
+        except Exception:  # the newcomer then waits in the engine for the next run to end
+            logger.exception("asking runs %s to yield failed", [victim.run_id for victim in victims])
+
     def _observe(self, report: Callable[[], object]) -> None:
         try:
             report()
@@ -312,9 +417,17 @@ class Dispatcher:
         return heads, OrderedHeads(self.policy, heads), fair_slot_share(load.slots, busy, heads)
 
     def _admits_for(
-        self, load: EngineLoad, busy: dict[int, int], ordered: OrderedHeads, share: float
+        self,
+        load: EngineLoad,
+        busy: dict[int, int],
+        ordered: OrderedHeads,
+        share: float,
+        *,
+        below_share: dict[int, bool] | None = None,
     ) -> Callable[[str, QueuedRun], bool]:
-        """The gate for one decision, memoized per (tier, user above share): a decision may look at many users."""
+        """The gate for one decision, memoized per (tier, user above share, deployment): a decision may look at many
+        users. ``below_share`` collects, per run looked at, whether its user may use the headroom (with preemption on,
+        such a run is admitted to a full engine when a run can be preempted for it)."""
         heads = ordered.heads
         top = next((t.name for t in self.policy.tiers if heads.get(t.name)), None)
         cache: dict[tuple[str, bool, str], bool] = {}
@@ -335,10 +448,14 @@ class Dispatcher:
                 tokens_ahead=ahead,
                 quantum=quantum.get(run.tier, float("inf")),
             )
+            if below_share is not None:
+                below_share[run.run_id] = not busy_user
             key = (tier, busy_user, run.deployment)
             if key not in cache:
                 own = self._load_of(run.deployment) if run.deployment else load
-                cache[key] = self.gate.admits(tier, own, user_busy=busy_user)
+                cache[key] = self.gate.admits(tier, own, user_busy=busy_user) or (
+                    not busy_user and self._can_preempt(run, load) and self._victim(run, busy, share) is not None
+                )
             return cache[key]
 
         return admits

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from scheduling.policy import QueuedRun, UserQueues
-from scheduling.store import InFlight, Position
+from scheduling.store import InFlight, InFlightRun, Position
 
 
 class MemoryQueueStore:
@@ -45,6 +45,7 @@ class MemoryQueueStore:
         flight and every tick reads the set, so the reclaim and the ``recent`` count are bisections, not scans."""
         self._in_flight_user: dict[int, int] = {}
         self._in_flight_deployment: dict[int, str] = {}
+        self._in_flight_tier: dict[int, str] = {}
         self._per_deployment: dict[str, int] = {}
         self._per_user: dict[int, int] = {}
         """user -> runs in flight (kept with the set rather than counted on every read, for the same reason)."""
@@ -61,14 +62,19 @@ class MemoryQueueStore:
 
     # -- web side ----------------------------------------------------------------------------------
 
-    def push(self, run: QueuedRun) -> bool:
-        """Queues ``run`` behind its user's other runs in its tier; False if it is already queued."""
+    def push(self, run: QueuedRun, *, front: bool = False) -> bool:
+        """Queues ``run`` behind its user's other runs in its tier (ahead of them with ``front``); False if it is
+        already queued."""
         with self._lock:
             queued = self._queued.setdefault(run.tier, {})
             if run.run_id in queued:
                 return False
             enqueued_at = run.enqueued_at or self.clock()
-            self._queues.setdefault(run.tier, {}).setdefault(run.user_id, deque()).append(run.run_id)
+            ids = self._queues.setdefault(run.tier, {}).setdefault(run.user_id, deque())
+            if front:
+                ids.appendleft(run.run_id)
+            else:
+                ids.append(run.run_id)
             self._meta[run.run_id] = QueuedRun(
                 run_id=run.run_id,
                 user_id=run.user_id,
@@ -169,6 +175,7 @@ class MemoryQueueStore:
             bisect.insort(self._by_time, (at, run.run_id))
             self._in_flight_user[run.run_id] = run.user_id
             self._in_flight_deployment[run.run_id] = run.deployment
+            self._in_flight_tier[run.run_id] = run.tier
             self._per_deployment[run.deployment] = self._per_deployment.get(run.deployment, 0) + 1
             self._per_user[run.user_id] = self._per_user.get(run.user_id, 0) + 1
             self._positions.pop(run.run_id, None)
@@ -195,6 +202,19 @@ class MemoryQueueStore:
                 per_deployment=dict(self._per_deployment),
                 recent_per_deployment=dict(recent_per_deployment),
             )
+
+    def in_flight_runs(self) -> list[InFlightRun]:
+        with self._lock:
+            return [
+                InFlightRun(
+                    run_id=run_id,
+                    user_id=self._in_flight_user[run_id],
+                    tier=self._in_flight_tier.get(run_id, ""),
+                    deployment=self._in_flight_deployment.get(run_id, ""),
+                    sent_at=at,
+                )
+                for at, run_id in self._by_time
+            ]
 
     def write_positions(self, positions: dict[int, Position]) -> None:
         with self._lock:
@@ -254,6 +274,7 @@ class MemoryQueueStore:
         del self._by_time[i]
         user = self._in_flight_user.pop(run_id)
         deployment = self._in_flight_deployment.pop(run_id, "")
+        self._in_flight_tier.pop(run_id, None)
         remaining = self._per_deployment.get(deployment, 1) - 1
         if remaining > 0:
             self._per_deployment[deployment] = remaining

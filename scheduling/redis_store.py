@@ -10,8 +10,9 @@ Keys (all under ``sched:``; the names and helpers are in ``scheduling.store``):
   the tier's queue depth, which admission bounds.
 * ``sched:inflight``: sorted set of dispatched runs that have not ended (score: dispatch time); entries
   older than the in-flight TTL are reclaimed, so a lost "run ended" never blocks the fallback cap forever.
-* ``sched:inflight:users``: hash run id -> ``{user}|{deployment}`` of the runs in flight (the gate's headroom rule
-  needs the user; the per-deployment gate counts each deployment's runs in flight).
+* ``sched:inflight:users``: hash run id -> ``{user}|{deployment}|{tier}`` of the runs in flight (the gate's headroom
+  rule needs the user; the per-deployment gate counts each deployment's runs in flight; a preemption picks its run
+  by user, tier and deployment).
 * ``sched:positions``: hash run id -> JSON ``{queue_position, estimated_wait_s}``, written by the dispatcher.
 * ``sched:policy``: the policy's counters (JSON), written by the dispatcher that holds ``sched:leader``.
 * ``sched:refunds``: hash ``{tier}:{user}`` -> counter units to give back (runs that ended using fewer tokens
@@ -48,6 +49,7 @@ from scheduling.store import (
     REFUNDS_KEY,
     WAKE_KEY,
     InFlight,
+    InFlightRun,
     Position,
     backlog_key,
     queued_key,
@@ -57,9 +59,9 @@ from scheduling.store import (
 
 _PUSH = """
 -- KEYS: user queue, backlog set, run meta, tier queued zset, inflight zset, inflight users hash, wake list
--- ARGV: run_id, user_id, tier, cost, weight, now, deployment
+-- ARGV: run_id, user_id, tier, cost, weight, now, deployment, front ('1': ahead of the user's other runs)
 if redis.call('ZSCORE', KEYS[4], ARGV[1]) then return 0 end
-redis.call('RPUSH', KEYS[1], ARGV[1])
+if ARGV[8] == '1' then redis.call('LPUSH', KEYS[1], ARGV[1]) else redis.call('RPUSH', KEYS[1], ARGV[1]) end
 redis.call('SADD', KEYS[2], ARGV[2])
 redis.call('HSET', KEYS[3], 'user', ARGV[2], 'tier', ARGV[3], 'cost', ARGV[4], 'weight', ARGV[5], 'enq', ARGV[6],
   'dep', ARGV[7])
@@ -80,7 +82,7 @@ def wake_dispatcher(client: redis.Redis | redis.client.Pipeline) -> None:
 
 _CLAIM = """
 -- KEYS: user queue, backlog set, run meta, tier queued zset, inflight zset, positions hash, inflight users
--- ARGV: run_id, user_id, user_id|deployment, now, prefix ('' : return 1; else also the user's next head)
+-- ARGV: run_id, user_id, user_id|deployment|tier, now, prefix ('' : return 1; else also the user's next head)
 -- Returns 0 if the run is not at the head of its user's queue. Claimed: 1, or with a prefix {1} when the user has
 -- nothing else queued, {1, next run id, its meta hash as field, value, ...} otherwise.
 if redis.call('LINDEX', KEYS[1], 0) ~= ARGV[1] then return 0 end
@@ -155,8 +157,9 @@ class RedisQueueStore:
 
     # -- web side ----------------------------------------------------------------------------------
 
-    def push(self, run: QueuedRun) -> bool:
-        """Queues ``run`` behind its user's other runs in its tier; False if it is already queued."""
+    def push(self, run: QueuedRun, *, front: bool = False) -> bool:
+        """Queues ``run`` behind its user's other runs in its tier (ahead of them with ``front``); False if it is
+        already queued."""
         keys = [
             user_queue_key(run.tier, run.user_id),
             backlog_key(run.tier),
@@ -174,6 +177,7 @@ class RedisQueueStore:
             run.weight,
             run.enqueued_at or time.time(),
             run.deployment,
+            "1" if front else "0",
         ]
         return bool(self._push(keys=keys, args=args))
 
@@ -277,7 +281,7 @@ class RedisQueueStore:
             POSITIONS_KEY,
             INFLIGHT_USERS_KEY,
         ]
-        owner = f"{run.user_id}|{run.deployment}"
+        owner = f"{run.user_id}|{run.deployment}|{run.tier}"
         at = now if now is not None else time.time()
         return self._claim(keys=keys, args=[run.run_id, run.user_id, owner, at, PREFIX if peek else ""])
 
@@ -301,8 +305,8 @@ class RedisQueueStore:
         for rid, owner in owners.items():
             if rid not in sent_at:
                 continue
-            user, _, deployment = str(owner).partition("|")
-            per_user[int(user)] += 1
+            user, deployment, _tier = _owner_fields(owner)
+            per_user[user] += 1
             per_deployment[deployment] += 1
             if since is not None and sent_at[rid] >= since:
                 recent_per_deployment[deployment] += 1
@@ -314,6 +318,21 @@ class RedisQueueStore:
             per_deployment=dict(per_deployment),
             recent_per_deployment=dict(recent_per_deployment),
         )
+
+    def in_flight_runs(self) -> list[InFlightRun]:
+        """Every run in flight, oldest dispatch first: one round trip, read only to choose a run to preempt."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zrange(INFLIGHT_KEY, 0, -1, withscores=True)
+        pipe.hgetall(INFLIGHT_USERS_KEY)
+        members, owners = pipe.execute()
+        runs: list[InFlightRun] = []
+        for rid, score in members:
+            owner = owners.get(rid)
+            if owner is None:
+                continue
+            user, deployment, tier = _owner_fields(owner)
+            runs.append(InFlightRun(int(rid), user, tier, deployment, float(score)))
+        return runs
 
     def write_positions(self, positions: dict[int, Position]) -> None:
         pipe = self.client.pipeline(transaction=True)
@@ -385,6 +404,14 @@ class RedisQueueStore:
         return [
             _queued_run(tier, user, rid, meta) for (tier, user, rid), meta in zip(triples, metas, strict=True) if meta
         ]
+
+
+def _owner_fields(owner: Any) -> tuple[int, str, str]:
+    """``(user, deployment, tier)`` of a ``sched:inflight:users`` value (an entry from before the tier was written
+    has tier "")."""
+    user, _, rest = str(owner).partition("|")
+    deployment, _, tier = rest.partition("|")
+    return int(user), deployment, tier
 
 
 def _queued_run(tier: str, user_id: int, run_id: str, meta: dict[str, Any]) -> QueuedRun:

@@ -25,8 +25,10 @@ What both guarantee:
   dispatcher, or a cancel that got there first, sees False.
 * ``remove`` returns 1 when the run was queued (it leaves the queue), 2 when it was in flight (its slot frees
   up), 0 when it was in neither.
+* ``push(front=True)`` queues the run ahead of its user's other runs (a run handed back mid-answer goes on first).
 * ``in_flight`` reclaims runs dispatched more than ``ttl_s`` ago (a lost "run ended" must not hold a slot
-  forever) and counts as ``recent`` those dispatched at or after ``since``.
+  forever) and counts as ``recent`` those dispatched at or after ``since``; ``in_flight_runs`` lists them, each
+  with its user, tier, deployment and dispatch time (the dispatcher's choice of a run to preempt).
 * Refunds accumulate per ``(tier, user)`` until the dispatcher takes them; the policy state is an opaque JSON-able
   dict; leadership is a lock with a time to live held by one token at a time.
 
@@ -80,6 +82,18 @@ class InFlight:
 
 
 @dataclass(frozen=True)
+class InFlightRun:
+    """One run in flight, as the claim recorded it."""
+
+    run_id: int
+    user_id: int
+    tier: str
+    """"" for an entry written before the tier was recorded (such a run is never preempted)."""
+    deployment: str
+    sent_at: float
+
+
+@dataclass(frozen=True)
 class Position:
     queue_position: int
     """1 = the next run to be dispatched."""
@@ -120,9 +134,9 @@ class DispatcherStore(Protocol):
         every user's heads again."""
         ...
 
-    def push(self, run: QueuedRun) -> bool:
+    def push(self, run: QueuedRun, *, front: bool = False) -> bool:
         """Queues ``run`` behind its user's other runs in its tier (a claimed run whose sending failed goes
-        back); False if it is already queued."""
+        back), or ahead of them with ``front``; False if it is already queued."""
         ...
 
     def remove(self, run_id: int) -> int:
@@ -131,6 +145,10 @@ class DispatcherStore(Protocol):
 
     def in_flight(self, *, now: float, ttl_s: float, since: float | None = None) -> InFlight:
         """The runs in flight (``recent``: dispatched at or after ``since``); reclaims those older than ``ttl_s``."""
+        ...
+
+    def in_flight_runs(self) -> list[InFlightRun]:
+        """Every run in flight, oldest dispatch first (read only when the dispatcher looks for a run to preempt)."""
         ...
 
     # -- what the leader publishes and keeps --------------------------------------------------------
@@ -175,8 +193,9 @@ class RunQueueWriter(Protocol):
     and ``runs.quota.run_account_end`` takes an ended run out and credits its unused tokens back to the user's
     fair-share counter."""
 
-    def push(self, run: QueuedRun) -> bool:
-        """Queues ``run`` behind its user's other runs in its tier; False if it is already queued."""
+    def push(self, run: QueuedRun, *, front: bool = False) -> bool:
+        """Queues ``run`` behind its user's other runs in its tier (ahead of them with ``front``: a run handed back
+        mid-answer); False if it is already queued."""
         ...
 
     def remove(self, run_id: int) -> int:

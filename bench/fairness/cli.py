@@ -81,6 +81,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--headrooms", default="0,4,8", help="headroom slots of the trade-off curve (the shipped value is in compare)"
     )
+    parser.add_argument(
+        "--preempt",
+        choices=("on", "off"),
+        default="off",
+        help="real time only: ours lends its headroom and preempts (SCHED_PREEMPT, the shipped default) or keeps it "
+        "empty (off: the figures recorded before 2026-12-06)",
+    )
     args = parser.parse_args(argv)
     if args.realtime_engine:
         figures = tuple(f for f in args.realtime_figures.split(",") if f)
@@ -91,7 +98,8 @@ def main(argv: list[str] | None = None) -> None:
         compared = tuple(k for k in args.schedulers.split(",") if k)
         if set(compared) - set(SCHEDULERS):
             parser.error(f"unknown --schedulers: {', '.join(sorted(set(compared) - set(SCHEDULERS)))}")
-        gate = dataclasses.replace(GATE, headroom_slots=args.headroom)  # ours in every real-time figure
+        # ours in every real-time figure
+        gate = dataclasses.replace(GATE, headroom_slots=args.headroom, preempt=args.preempt == "on")
         realtime(args.realtime_engine, args.realtime_seconds, args.seed, figures, headrooms, compared, gate=gate)
         return
     started = time.time()

@@ -46,7 +46,10 @@ class RealtimeBench:
     statistics (running, waiting, time per output token) sampled every ``WORKER_HEARTBEAT_INTERVAL_S`` as the
     worker's heartbeat, plus the runs dispatched since. Each dispatched run becomes one ``generate`` call with its
     tier's vLLM priority, as the worker makes it; when it ends it leaves the in-flight set and its unused tokens
-    are refunded, as the web process does. Prompts are chat-template renderings of unique user messages (no
+    are refunded, as the web process does. With a gate that preempts (``GatePolicy.preempt``) a run asked to yield
+    is aborted in the engine and queued again ahead of its user's runs, its charge refunded, and goes on as the
+    worker continues one: its prompt followed by its text so far, for the tokens it has left. Prompts are
+    chat-template renderings of unique user messages (no
     prefix-cache hits across requests) of about the workload's size.
     """
 
@@ -97,6 +100,9 @@ class RealtimeBench:
         tasks: set[asyncio.Task[None]] = set()
         answered = {w.user: asyncio.Event() for w in workloads if w.think_s is not None}
         last_sample: EngineSample | None = None
+        serving: dict[int, str] = {}
+        """Runs in the engine -> their request id (a preemption aborts it)."""
+        yielding: set[int] = set()
 
         def submit(w: Workload) -> Request:
             rid = next(self._ids)
@@ -111,7 +117,8 @@ class RealtimeBench:
             return req
 
         def start(req: Request, priority: int) -> None:
-            req.dispatched_at = now()
+            if req.dispatched_at is None:  # (a preempted run keeps its first dispatch)
+                req.dispatched_at = now()
             req.engine_priority = priority
             req.batch = last_sample.running if last_sample is not None else 0
             dispatched.append((req.dispatched_at, req))
@@ -120,14 +127,20 @@ class RealtimeBench:
             task.add_done_callback(tasks.discard)
 
         async def serve(req: Request) -> None:
+            prompt = texts.pop(req.rid)
             request = GenerationRequest(
-                request_id=f"fb{req.rid}",
-                prompt=texts.pop(req.rid),
-                max_tokens=req.max_tokens,
+                request_id=f"fb{req.rid}-{req.produced}",
+                prompt=prompt,
+                max_tokens=req.max_tokens - req.produced,
                 priority=req.engine_priority,  # as the worker passes the dispatcher's (or the run's) priority
             )
+            serving[req.rid] = request.request_id
+            generated: list[str] = []
+            finished = False
             try:
                 async for delta in self.engine.generate(request):
+                    generated.append(delta.text)
+                    finished = finished or (delta.finish_reason is not None and delta.finish_reason != "abort")
                     if delta.new_tokens:
                         t = now()
                         if req.first_token is None:
@@ -137,13 +150,21 @@ class RealtimeBench:
                         req.produced += delta.new_tokens
                         trace.produced.append((t, req.user, req.tier, delta.new_tokens))
             finally:
-                req.output = req.produced
-                req.ended = now()
-                if mode not in STRAIGHT_TO_ENGINE:  # as the web process does when a run ends
-                    store.remove(req.rid)
-                    store.add_refund(tier=req.tier, user_id=req.user, amount=req.max_tokens - req.produced)
-                if req.user in answered:
-                    answered[req.user].set()
+                serving.pop(req.rid, None)
+                handed_back = req.rid in yielding and not finished and req.produced < req.max_tokens
+                yielding.discard(req.rid)
+                if handed_back:  # it goes on later, first of its user's runs
+                    texts[req.rid] = prompt + "".join(generated)
+                    store.add_refund(tier=req.tier, user_id=req.user, amount=req.prompt + req.max_tokens)
+                    store.push(queued_run(req), front=True)
+                else:
+                    req.output = req.produced
+                    req.ended = now()
+                    if mode not in STRAIGHT_TO_ENGINE:  # as the web process does when a run ends
+                        store.remove(req.rid)
+                        store.add_refund(tier=req.tier, user_id=req.user, amount=req.max_tokens - req.produced)
+                    if req.user in answered:
+                        answered[req.user].set()
 
         async def open_loop(w: Workload) -> None:
             at = rng.uniform(0, 1 / w.rate_per_s)
@@ -162,6 +183,14 @@ class RealtimeBench:
                 except TimeoutError:
                     break
                 await asyncio.sleep(rng.expovariate(1 / (w.think_s or 1.0)))
+
+        def preempt(run_ids: list[int]) -> None:
+            """The worker's side of a preemption: the run's engine request is aborted within a step."""
+            for rid in run_ids:
+                if rid in serving and rid not in yielding:
+                    yielding.add(rid)
+                    trace.preemptions += 1
+                    asyncio.get_running_loop().create_task(self.engine.abort(serving[rid]))
 
         # Wall-clock time, as in production: the heartbeats' times and the in-flight set's dispatch times compare.
         dispatcher = Dispatcher(
@@ -183,6 +212,7 @@ class RealtimeBench:
             clock=time.time,
             use_leader_lock=False,
             housekeeping=None,
+            preempt=preempt,
         )
 
         async def dispatching() -> None:

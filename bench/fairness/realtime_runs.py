@@ -218,21 +218,18 @@ async def tradeoff_curve(
         print(f"baseline: heavy at its share, shipped headroom ({gate.headroom_slots}): light p99 {at_share_p99:.2f} s")
     lines = []
     for slots in headrooms:
-        slots_gate = GatePolicy(
-            gates=gate.gates,
-            fallback_max_in_flight=gate.fallback_max_in_flight,
-            idle_running_fraction=gate.idle_running_fraction,
-            headroom_slots=slots,
-        )
+        slots_gate = dataclasses.replace(gate, headroom_slots=slots)
         res = await bench.run([*light, Workload(2, "free", 5.5, 100, 64)], 1.5 * seconds, gate=slots_gate, seed=seed)
         values, censored = light_ttfts(res, {1, 3}, warm)
         parts = light_parts(res, {1, 3}, warm)
         line = (
-            f"step budget {budget}, headroom {slots:2d} slots: light p50/p99 {pct(values, 0.5):.2f}/"
+            f"step budget {budget}, headroom {slots:2d} slots{' lent' if gate.preempt else ''}: light p50/p99 "
+            f"{pct(values, 0.5):.2f}/"
             f"{pct(values, 0.99):.2f} s (ratio {pct(values, 0.99) / at_share_p99:.2f}) "
             f"({len(values)} prompts{f', {censored} unanswered' if censored else ''}), flood "
             f"{user_tokens_per_s(res, 2, warm):.1f} tok/s, all {tokens_per_s(res, warm):.1f} tok/s, "
             f"mean batch {mean_batch(res, warm)[0]:.1f}"
+            + (f", {getattr(res.engine, 'preemptions', 0)} preemptions" if gate.preempt else "")
         )
         print(line)
         print_vllm_split(parts)

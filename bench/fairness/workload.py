@@ -116,6 +116,8 @@ class Trace:
     peak_running: int = 0
     samples: list[tuple[float, EngineSample]] = field(default_factory=list)
     """(time, heartbeat) as the dispatcher saw them."""
+    preemptions: int = 0
+    """Runs the dispatcher asked to yield that were in the engine (``GatePolicy.preempt``)."""
 
 
 @dataclass

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Iterator
+from dataclasses import replace as replace_run
 from typing import Any, cast
 
 import pytest
@@ -21,9 +22,10 @@ import redis
 from pytest_django.fixtures import Settings
 
 from chats.models import Message, MessageRole
+from core.redis_client import get_redis
 from deployments.models import DeploymentStatus, ModelDeployment
 from deployments.selection import forget_cached
-from generation.worker_contract import run_lease_holder
+from generation.worker_contract import request_yields, run_lease_holder
 from inference_workers.coalescer import DeltaCoalescer
 from inference_workers.engine.base import EngineDead, GenerationDelta, GenerationRequest
 from inference_workers.engine.simulated import SimulatedEngine, simulated_token
@@ -42,6 +44,7 @@ from runs.streaming.contract import (
     stream_key,
     streamed_answer,
 )
+from scheduling.policy import QueuedRun
 from tests.deployment_helpers import add_version, no_ready_worker
 from tests.factories import RunFactory
 from tests.inference_workers.conftest import running_sim_runtime, stream_of, text_after_last_reset, wait_for
@@ -424,3 +427,42 @@ def test_with_continuation_off_a_requeued_run_restarts(
     assert [e.event for e in entries].count(StreamEvent.RESET) == 1
     assert run.recovery == Recovery.RESTARTED and run.resumed_tokens == 0
     assert run.assistant_message is not None and run.assistant_message.content == text_after_last_reset(entries)
+
+
+def test_a_preempted_run_yields_its_slot_and_goes_on_first_from_its_streamed_text(
+    sim_runtime: WorkerRuntime, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The dispatcher's preemption (``request_yields``) reaches the worker through the yield channel: the attempt
+    stops within a step, the run goes back ahead of its user's later runs with its dispatch's fair-share charge
+    refunded, and the next attempt continues from the streamed text. A hand-off is not a failed attempt: with
+    ``WORKER_MAX_ATTEMPTS`` 1 the second attempt still runs."""
+    settings.WORKERS = dataclasses.replace(settings.WORKERS, max_attempts=1)
+    engine = cast(SimulatedEngine, sim_runtime.host.engine)
+    engine.config = dataclasses.replace(engine.config, sim_output_tokens=400, sim_step_base_s=0.01)
+    run = RunFactory.create(max_tokens=400, temperature=0.0, reserved_tokens=500)
+    store = get_scheduler_store()
+    queued = QueuedRun(run_id=run.pk, user_id=run.user_id, tier=run.tier.name, cost=500)
+    store.push(queued)
+    assert store.claim(queued)  # dispatched
+    store.push(replace_run(queued, run_id=run.pk + 1000))  # the user's next prompt, queued after it
+    store.take_refunds()
+    outcome: list[RunStatus | None] = []
+    thread = threading.Thread(target=lambda: outcome.append(generate_run(run_id=run.pk, runtime=sim_runtime)))
+    thread.start()
+    wait_for(lambda: len(_deltas(stream_of(run))) >= 3, timeout=10, what="three deltas")
+    request_yields([run.pk], client=get_redis())
+    thread.join(timeout=10)
+
+    assert outcome == [None]
+    requeued = Run.objects.get(pk=run.pk)
+    assert (requeued.status, requeued.attempts, requeued.handoffs) == (RunStatus.QUEUED, 1, 1)
+    assert [r.run_id for r in store.all_queued().runs()] == [run.pk, run.pk + 1000]
+    assert store.take_refunds() == [(run.tier.name, run.user_id, 500.0)]
+    reasons = [getattr(r, "reason", "") for r in caplog.records if getattr(r, "event", "") == "requeued"]
+    assert reasons == ["preempted"]
+    before = streamed_answer(run.pk)
+    assert 3 <= before.tokens < 400
+
+    assert generate_run(run_id=run.pk, runtime=sim_runtime) == RunStatus.DONE
+    run = _assert_continued(run, before)
+    assert run.output_tokens == 400

@@ -48,18 +48,17 @@ class FakeClock:
 
 
 def make_dispatcher(
-    store: QueueStore, samples: list[EngineSample], sent: list[QueuedRun], clock: FakeClock, **kwargs
+    store: QueueStore,
+    samples: list[EngineSample],
+    sent: list[QueuedRun],
+    clock: FakeClock,
+    *,
+    gate: GatePolicy = GATE,
+    **kwargs,
 ) -> Dispatcher:
-    return Dispatcher(
-        store=store,
-        policy=FairPolicy(SPECS),
-        gate=GATE,
-        settings=SETTINGS,
-        stats=lambda: samples,
-        send=sent.append,
-        clock=clock,
-        **kwargs,
-    )
+    kwargs.setdefault("send", sent.append)
+    kwargs.update(policy=FairPolicy(SPECS), gate=gate, settings=SETTINGS, clock=clock)
+    return Dispatcher(store=store, stats=lambda: samples, **kwargs)
 
 
 def q(run_id: int, user: int, tier: str = "free", cost: int = 100) -> QueuedRun:

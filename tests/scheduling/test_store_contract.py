@@ -14,7 +14,7 @@ import redis
 from scheduling.memory_store import MemoryQueueStore
 from scheduling.policy import QueuedRun
 from scheduling.redis_store import RedisQueueStore
-from scheduling.store import RATE_KEY, InFlight, Position, QueueStore
+from scheduling.store import INFLIGHT_USERS_KEY, RATE_KEY, InFlight, InFlightRun, Position, QueueStore
 
 TIERS = ["pro", "plus", "free", "batch"]
 
@@ -133,6 +133,40 @@ def test_in_flight_counts_per_user_and_since_a_time(store: QueueStore) -> None:
     assert store.in_flight(now=110.0, ttl_s=60, since=105.0) == InFlight(
         total=3, recent=2, per_user={10: 2, 11: 1}, per_deployment={"": 3}, recent_per_deployment={"": 2}
     )
+
+
+def test_in_flight_runs_lists_each_run_with_its_user_tier_deployment_and_dispatch_time(store: QueueStore) -> None:
+    store.push(q(1, 10))
+    store.push(QueuedRun(run_id=2, user_id=11, tier="pro", cost=50, enqueued_at=2.0, deployment="m@v2"))
+    store.push(q(3, 12))
+    assert store.claim(QueuedRun(run_id=2, user_id=11, tier="pro", cost=50, deployment="m@v2"), now=105.0)
+    assert store.claim(q(1, 10), now=100.0)
+    assert store.in_flight_runs() == [InFlightRun(1, 10, "free", "", 100.0), InFlightRun(2, 11, "pro", "m@v2", 105.0)]
+    store.remove(1)
+    assert [r.run_id for r in store.in_flight_runs()] == [2]
+
+
+def test_a_run_in_flight_recorded_without_its_tier_counts_and_is_listed_with_none(
+    redis_store: RedisQueueStore,
+) -> None:
+    """Entries written before the tier was recorded (``{user}|{deployment}``) still count, with tier ""."""
+    redis_store.push(q(1, 10))
+    assert redis_store.claim(q(1, 10), now=100.0)
+    redis_store.client.hset(INFLIGHT_USERS_KEY, "1", "10|m@v1")
+    assert redis_store.in_flight(now=100.0, ttl_s=60).per_deployment == {"m@v1": 1}
+    assert redis_store.in_flight_runs() == [InFlightRun(1, 10, "", "m@v1", 100.0)]
+
+
+def test_a_run_pushed_to_the_front_goes_ahead_of_its_users_other_runs(store: QueueStore) -> None:
+    """A run handed back mid-answer (a preemption, a drain) goes on before the user's runs sent after it."""
+    store.push(q(1, 10))
+    store.push(q(2, 10))
+    assert store.claim(q(1, 10), now=100.0)
+    store.push(q(3, 10))
+    assert store.push(q(1, 10), front=True)
+    assert store.in_flight(now=100.0, ttl_s=60).total == 0
+    assert [r.run_id for r in store.all_queued().runs()] == [1, 2, 3]
+    assert not store.push(q(1, 10), front=True)  # idempotent as a push behind
 
 
 def test_runs_in_flight_longer_than_the_ttl_are_reclaimed(store: QueueStore) -> None:
