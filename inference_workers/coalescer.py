@@ -43,8 +43,12 @@ class DeltaCoalescer:
     """Buffers deltas: the first text goes out at once, then every ``interval_s`` or ``max_tokens`` tokens.
 
     With ``logprobs`` (the run asked for them) each part keeps its tokens' logprob entries and every delta event
-    carries those of its tokens, ``"logprobs": [...]``; a flush of tokens without text (the end-of-sequence
-    token) is then written too, so every token's entry reaches the stream. Without, such a flush writes nothing.
+    carries those of its tokens, ``"logprobs": [...]``. A flush of tokens without text (special tokens the detokenizer
+    skips, an end-of-sequence token under ``ignore_eos``, bytes of a character not complete yet) is written too, as a
+    delta with ``"text": ""``: a client sees the tokens come, as vLLM's server streams a chunk with empty content for
+    them (an answer of such tokens alone had no chunk before its end, and its time to first token was its whole
+    length). Only the last flush of an attempt (:meth:`drain`) leaves a text-less remainder out when it carries no
+    logprobs: the terminal event that follows at once counts its tokens.
 
     It rides out a short Redis outage (a restart): an append that fails keeps its text buffered and the next
     flush, ``retry_s`` later, tries again, so generation goes on and nothing is lost or sent twice. Before the
@@ -95,6 +99,8 @@ class DeltaCoalescer:
         self.flushes = 0
         self._down_since: float | None = None
         self._next_try = 0.0
+        self._draining = False
+        """:meth:`drain` is writing the attempt's last flush."""
         self._unsure: tuple[int, int] | None = None
         """(id, parts) of a failed append that Redis may have applied anyway."""
 
@@ -189,6 +195,7 @@ class DeltaCoalescer:
     def drain(self) -> None:
         """Flushes what is buffered, waiting out a Redis outage (up to the limit, then :class:`StreamLost`); the
         guard's last window is checked (before it is written in ``holdback`` mode, after in ``retract`` mode)."""
+        self._draining = True
         self.flush()
         while self.parts:
             time.sleep(self.retry_s)
@@ -206,7 +213,7 @@ class DeltaCoalescer:
             data["prompt_tokens"] = self.prompt_tokens
         if self.logprobs:
             data["logprobs"] = [entry for part in self.parts for entry in part.logprobs]
-        if text or data.get("logprobs"):
+        if text or data.get("logprobs") or (data["tokens"] and not self._draining):
             try:
                 self.writer.append(StreamEvent.DELTA, data)
             except STREAM_ERRORS:

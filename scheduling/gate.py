@@ -139,17 +139,17 @@ class GatePolicy:
     from idle finds a slot at once instead of waiting for one of a flood's runs to end (costs a few percent of
     peak batch; see docs/benchmarks.md "Fairness on the real engine")."""
     preempt: bool = False
-    """The headroom is lent rather than kept (``SCHED_PREEMPT``): busy users may fill every slot, and a user below
-    their share who finds the engine full gets a slot back by preemption (``scheduling.dispatcher``: one of the
-    busiest user's newest runs hands off and goes on later from the text it streamed). ``headroom_slots`` then
-    bounds the preemptions outstanding per deployment."""
+    """Lend the headroom to a user alone on the engines, and take it back by preemption (``SCHED_PREEMPT``;
+    ``scheduling.dispatcher`` decides when it is lent: ``admits(lend=True)``). ``headroom_slots`` also bounds the
+    preemptions outstanding per deployment."""
 
     def full(self, load: EngineLoad) -> bool:
         """Every slot is taken (running, waiting in the engine, or just sent): a new run would wait in the engine."""
         return load.fresh and load.running + load.waiting + load.dispatched_since_stats >= load.slots
 
-    def admits(self, tier: str, load: EngineLoad, *, user_busy: bool = False) -> bool:
-        """Room for a run of ``tier``; ``user_busy``: its user holds at least their share of the slots."""
+    def admits(self, tier: str, load: EngineLoad, *, user_busy: bool = False, lend: bool = False) -> bool:
+        """Room for a run of ``tier``; ``user_busy``: its user holds at least their share of the slots; ``lend``: the
+        headroom is lent (busy users may take it too)."""
         gate = self.gates[tier]
         if not load.fresh:
             cap = self.fallback_max_in_flight
@@ -157,7 +157,7 @@ class GatePolicy:
                 cap = max(1, int(cap * self.idle_running_fraction))
             return load.in_flight < cap
         taken = load.running + load.waiting + load.dispatched_since_stats
-        if user_busy and self.headroom_slots > 0 and not self.preempt and taken >= load.slots - self.headroom_slots:
+        if user_busy and self.headroom_slots > 0 and not lend and taken >= load.slots - self.headroom_slots:
             return False
         if load.effective_waiting >= gate.max_waiting:
             return False

@@ -173,6 +173,8 @@ async def response_events(record: ResponseRecord, *, reload: Reload) -> AsyncIte
         if piece is None:
             yield KEEPALIVE
             continue
+        if not piece.text:  # tokens without text: the Responses API streams text deltas only
+            continue
         if calls is not None and mode is ToolMode.AUTO and not calls.stream.text and piece.text:
             if not starts_a_call(piece.text, formats.call_format(record)):
                 calls = None  # "auto" chose text: the first character decides (openai_api.tools.grammar)

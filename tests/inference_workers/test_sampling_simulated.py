@@ -158,11 +158,27 @@ def test_delta_events_carry_the_logprobs_of_their_tokens() -> None:
 
 def test_without_logprobs_the_events_stay_text_and_tokens() -> None:
     writer = _ListWriter()
-    coalescer = DeltaCoalescer(writer, interval_s=lambda: 60.0, max_tokens=1)  # type: ignore[arg-type]
+    coalescer = DeltaCoalescer(writer, interval_s=lambda: 60.0, max_tokens=4)  # type: ignore[arg-type]
     coalescer.add("A", 1, [_lp("A")])
     coalescer.add("", 1, [_lp("<eos>")])
-    coalescer.flush()
+    coalescer.drain()
     assert writer.events == [{"text": "A", "tokens": 1}]
+
+
+def test_tokens_without_text_are_written_as_they_come_and_left_to_the_terminal_event_at_the_end() -> None:
+    """Special tokens (an end-of-sequence token under ``ignore_eos``) have no text: vLLM's server still streams a chunk
+    for them, and a client's first token is the first of them. The last text-less flush of an attempt is not written:
+    the terminal event that follows counts its tokens."""
+    writer = _ListWriter()
+    coalescer = DeltaCoalescer(writer, interval_s=lambda: 60.0, max_tokens=2)  # type: ignore[arg-type]
+    coalescer.add("", 1)  # the first token: at once, text or not
+    coalescer.add("", 1)
+    coalescer.add("", 1)  # two buffered: max_tokens
+    coalescer.add("A", 1)
+    coalescer.add("", 1)
+    coalescer.add("", 1)  # the end-of-sequence token, left to the terminal event
+    coalescer.drain()
+    assert writer.events == [{"text": "", "tokens": 1}, {"text": "", "tokens": 2}, {"text": "A", "tokens": 2}]
 
 
 # runs: their prompt and their sampling

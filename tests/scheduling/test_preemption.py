@@ -1,6 +1,7 @@
-"""Preemption (``GatePolicy.preempt``): the headroom lent to a lone burst, and taken back for a user below their
-share by asking one of the busiest user's runs to yield. Over both queue stores, with a fake clock and a fake
-engine; the worker's side (the hand-off) is in ``tests/inference_workers/test_preemption_handoff.py``."""
+"""Preemption (``GatePolicy.preempt``): the headroom lent to a user alone on the engines, and taken back for a
+second user by asking one of the first user's runs to yield; kept again while both are active. Over both queue
+stores, with a fake clock and a fake engine; the worker's side (the hand-off) is in
+``tests/inference_workers/test_continuation.py``."""
 
 from __future__ import annotations
 
@@ -106,15 +107,21 @@ def test_a_run_of_a_higher_tier_is_never_preempted_for_a_lower_one(store: QueueS
     d, sent = _dispatcher(store, LENT, samples, clock, yields)
     d.tick()
     assert sent == [] and yields == []
-    # A pro newcomer does take a busy free-tier user's slot, the lower tier's first, though the pro user holds more.
-    for i in range(3):
-        store.push(q(901 + i, 3, tier="free"))
-        assert store.claim(q(901 + i, 3, tier="free"), now=clock.now - 5 + i)
+
+
+def test_a_pro_newcomer_takes_its_slot_from_a_lower_tier_first(store: QueueStore) -> None:
+    clock, yields = FakeClock(), list[int]()
+    for i in range(7):  # a free user holds 7 of the 8 slots (more than slots - headroom), a pro user 1
+        run = q(100 + i, 3, tier="free")
+        store.push(run)
+        assert store.claim(run, now=clock.now - 5 + i / 10)
+    store.push(q(200, 1, tier="pro"))
+    assert store.claim(q(200, 1, tier="pro"), now=clock.now - 10)
     store.push(q(950, 4, tier="pro"))
+    samples = [EngineSample(slots=8, running=8, waiting=1, tpot_s=0.1, updated_at=clock.now)]
+    d, sent = _dispatcher(store, LENT, samples, clock, yields)
     d.tick()
-    assert [r.run_id for r in sent][:1] == [950] and yields[:1] == [903]
-    # With pro's backlog gone, free is the top tier: the free newcomer takes a slot from the free flood too.
-    assert [r.run_id for r in sent] == [950, 900] and yields == [903, 902]
+    assert [r.run_id for r in sent] == [950] and yields == [106]
 
 
 def test_preemptions_outstanding_are_bounded_by_the_headroom(store: QueueStore) -> None:
@@ -153,12 +160,13 @@ def test_a_newcomer_that_could_not_be_sent_takes_no_slot_back(store: QueueStore)
     assert store.heads()["free"][2].run_id == 900
 
 
-def test_a_chatting_user_is_sent_at_once_and_the_flood_keeps_every_other_slot(store: QueueStore) -> None:
+def test_the_headroom_is_lent_to_a_flood_alone_and_kept_once_another_user_is_active(store: QueueStore) -> None:
     """The virtual-time engine of ``test_a_chatting_user_is_dispatched_at_once_while_a_flood_holds_the_engine``
-    with the headroom lent: 8 slots, runs of 3 s, a flood of 200 and a second user's prompt every 3 s. The flood
-    holds all 8 slots between the other user's prompts (6 with the headroom kept), and the one its tier's gate lets
-    wait in the engine; each prompt goes in the tick it
-    arrives, taking one of the flood's runs back, which is handed off at the next step and goes on first."""
+    with preemption on: 8 slots (2 of them headroom), runs of 3 s, a flood of 200 and a second user's prompt every
+    3 s. Alone, the flood holds all 8 slots and the one its tier's gate lets wait in the engine. The other user's first
+    prompt goes in the tick it arrives and takes one of the flood's runs back, which is handed off at the next step
+    and sent again first of the flood's; from then on the headroom is kept (the flood holds 6), and the other user's
+    prompts go at once with no preemption."""
     clock, yields = FakeClock(), list[int]()
     samples = [EngineSample(slots=8, running=0, waiting=0, tpot_s=0.1, updated_at=clock.now)]
     d, _sent = _dispatcher(store, LENT, samples, clock, yields)
@@ -167,7 +175,7 @@ def test_a_chatting_user_is_sent_at_once_and_the_flood_keeps_every_other_slot(st
     start = clock.now
     ends: dict[int, int] = {}
     waits: list[int] = []
-    flood_peak = 0
+    peak_alone = peak_shared = 0
     handed_back: list[int] = []
     redispatched: list[int] = []
     for step in range(300):
@@ -181,7 +189,7 @@ def test_a_chatting_user_is_sent_at_once_and_the_flood_keeps_every_other_slot(st
             if end <= step:
                 assert store.remove(run_id) == 2
                 del ends[run_id]
-        if step % 30 == 5:
+        if step % 30 == 25:
             store.push(q(step, user=2))
         samples[0] = EngineSample(slots=8, running=len(ends), waiting=0, tpot_s=0.1, updated_at=clock.now)
         for run in d.tick():
@@ -190,9 +198,12 @@ def test_a_chatting_user_is_sent_at_once_and_the_flood_keeps_every_other_slot(st
                 waits.append(step - run.run_id)
             elif run.run_id in handed_back:
                 redispatched.append(run.run_id)
-        flood_peak = max(flood_peak, sum(1 for run_id in ends if run_id >= 1000))
+        flood = sum(1 for run_id in ends if run_id >= 1000)
+        if step < 25:
+            peak_alone = max(peak_alone, flood)
+        elif step >= 60:  # (the flood's runs sent while it was alone have ended)
+            peak_shared = max(peak_shared, flood)
     assert waits == [0] * 10
-    assert flood_peak == 8 + GATE.gates["free"].max_waiting  # every slot, and the gate's one waiting in the engine
-    assert len(handed_back) == 10 and sorted(redispatched) == sorted(handed_back)
-    # A run handed back is sent again as the flood's newest: it is not the next victim (PREEMPT_AGAIN_AFTER_S).
-    assert len(set(handed_back)) == len(handed_back)
+    assert peak_alone == 8 + GATE.gates["free"].max_waiting  # every slot, and the gate's one waiting in the engine
+    assert 0 < peak_shared <= 8 - LENT.headroom_slots  # the headroom kept (taken counts the other user's run too)
+    assert len(handed_back) == 1 and redispatched == handed_back
