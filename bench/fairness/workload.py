@@ -79,6 +79,8 @@ class Workload:
     think_s: float | None = None
     """Closed loop (a person chatting): the next prompt comes this long on average after the answer ended;
     ``rate_per_s`` is then ignored."""
+    start_s: float = 0.0
+    """When the user starts sending (real time only: a user who arrives while another holds the engines)."""
 
 
 def arrivals(workloads: list[Workload], horizon: float, seed: int) -> list[Request]:
