@@ -13,13 +13,14 @@ Which role touches which prefix (from the code that runs in each process):
   strikes, answer-cache embeddings, usage refusals, the embedding and guard request queues and replies
   (``emb:*``, ``guard:*``), counters (``metrics:*``); workers' heartbeats, readiness and engine metrics read only.
 - ``worker`` (generation, embedding and guard workers, summaries): heartbeats, readiness, engine metrics, run
-  leases, streams and the active-stream set, the cancel flag and channel, summaries, request queues and
+  leases, streams and the active-stream set, the cancel flag and channel, the yield channel (preemptions),
+  summaries, request queues and
   replies, moderation strikes and answer-cache embeddings (output moderation, ``run_finish``), the scheduler's
   in-flight set and wake-up list, token buckets (settling a run), counters.
 - ``dispatcher`` (and the reaper): the scheduler's keys, token buckets, counters and figures, run leases and
   streams (a requeued run's ``reset``), what ``run_fail`` does after a run (its chat's summary flag, the answer
-  cache's stashed embedding, or an embedding request when none was stashed); workers' heartbeats and readiness
-  read only.
+  cache's stashed embedding, or an embedding request when none was stashed), ``runs:yield`` published (its
+  preemptions); workers' heartbeats and readiness read only.
 - ``celery``: Celery's broker keys only (the queues, ``_kombu.*``, ``unacked*``, pidbox queues; pub/sub for events
   and remote control), or everything under ``CELERY_BROKER_KEY_PREFIX`` when one is set.
 - ``replica`` and ``sentinel``: what Redis' documentation lists for a replica's ``masteruser`` and a Sentinel's
@@ -43,6 +44,7 @@ from generation.worker_contract import (
     READY_DEPLOYMENT_PREFIX,
     cancel_channel,
     summary_pending_key,
+    yield_channel,
 )
 from moderation.services import violation_marker_key
 from runs.counters import METRICS_KEY
@@ -157,11 +159,12 @@ def role_rights() -> dict[str, RoleRights]:
         "worker": RoleRights(
             keys=groups("runs", "scheduler", "chats", "moderation", "answer_cache", "requests", "counters")
             + groups("worker_state"),
-            channels=(cancel_channel(),),
+            channels=(cancel_channel(), yield_channel()),
         ),
         "dispatcher": RoleRights(
             keys=groups("runs", "scheduler", "counters", "chats", "answer_cache", "requests"),
             read_keys=groups("worker_state"),
+            channels=(yield_channel(),),  # its preemptions (``request_yields``)
         ),
         "celery": RoleRights(keys=broker_key_patterns(), channels=("*",)),
     }

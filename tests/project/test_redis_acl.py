@@ -26,10 +26,12 @@ from generation.worker_contract import (
     cancel_channel,
     cancel_key,
     ready_worker_counts,
+    request_yields,
     run_lease_key,
     signal_cancel,
     worker_heartbeats,
     write_heartbeat,
+    yield_channel,
 )
 from monitoring.redis_acl import acl_lines, role_passwords
 from runs.streaming.contract import RunStreamWriter, StreamEvent, read_after
@@ -149,7 +151,9 @@ def test_each_role_does_its_work_and_nothing_else(as_role: object, acl_redis: Se
     writer = RunStreamWriter(7)
     writer.append(StreamEvent.DELTA, {"text": "hi"})
     pubsub = worker.pubsub()
-    pubsub.subscribe(cancel_channel())
+    pubsub.subscribe(cancel_channel(), yield_channel())  # (what its cancel listener does)
+    confirmed = [pubsub.get_message(timeout=2) for _ in range(2)]
+    assert [m["type"] if m else None for m in confirmed] == ["subscribe", "subscribe"]
     with pytest.raises(redis.exceptions.NoPermissionError):
         worker.set("usage:rejections:1", "x")  # the web's refusals are not the worker's
     with pytest.raises(redis.exceptions.NoPermissionError):
@@ -213,6 +217,13 @@ def test_each_role_does_its_work_and_nothing_else(as_role: object, acl_redis: Se
     assert store.claim(heads["free"][3])
     assert [b.worker for b in worker_heartbeats()] == ["w1"]
     store.release_leadership(token)
+    listener = worker.pubsub()  # (the worker's client, as its cancel listener holds it)
+    listener.subscribe(yield_channel())
+    assert (listener.get_message(timeout=2) or {}).get("type") == "subscribe"
+    request_yields([7], client=dispatcher)  # a preemption reaches the workers' listeners
+    yielded = listener.get_message(timeout=2)
+    listener.close()
+    assert yielded is not None and (yielded["channel"], yielded["data"]) == (yield_channel(), "7")
     with pytest.raises(redis.exceptions.NoPermissionError):
         write_heartbeat(_beat("w1"), ttl_s=30, client=dispatcher)
     with pytest.raises(redis.exceptions.NoPermissionError):
