@@ -170,8 +170,9 @@ class StreamConfig:
     runs (by run id): their blocking reads overlap and each names fewer keys."""
     batched_writes: bool = True
     """A worker's task threads hand their runs' stream appends to one writer thread per process, which sends
-    everything queued since its last send in one Redis pipeline and gives each thread its own replies (off: each
-    append is a pipeline of its own, sent by its thread)."""
+    everything queued since its last send in one Redis pipeline and gives each thread its own replies; a thread does
+    not wait for the reply of its deltas, it reads it at its next flush (off: each append is a pipeline of its own,
+    sent by its thread, which waits for it)."""
 
 
 @dataclass(frozen=True)

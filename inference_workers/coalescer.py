@@ -13,7 +13,7 @@ from typing import Any
 import redis
 
 from inference_workers.output_moderation import OutputGuard
-from runs.streaming.contract import RunStreamWriter, StreamedAnswer, StreamEvent
+from runs.streaming.contract import PendingAppend, RunStreamWriter, StreamedAnswer, StreamEvent
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +39,17 @@ class _Part:
     logprobs: list[dict[str, Any]] = field(default_factory=list)
 
 
+@dataclass
+class _Sent:
+    """An append on its way: the parts it carries (back in the buffer, ahead of newer ones, if it fails)."""
+
+    pending: PendingAppend
+    parts: list[_Part]
+    tokens: int
+    written_text: str | None
+    """The answer up to and with it, for the output guard's check behind it (``retract`` mode); None without."""
+
+
 class DeltaCoalescer:
     """Buffers deltas: the first text goes out at once, then every ``interval_s`` or ``max_tokens`` tokens.
 
@@ -49,6 +60,11 @@ class DeltaCoalescer:
     them (an answer of such tokens alone had no chunk before its end, and its time to first token was its whole
     length). Only the last flush of an attempt (:meth:`drain`) leaves a text-less remainder out when it carries no
     logprobs: the terminal event that follows at once counts its tokens.
+
+    A flush does not wait for Redis's reply when the writer batches (``STREAM_BATCHED_WRITES``): the append goes to
+    the process's stream writer and its outcome is read at the next flush, or by :meth:`drain`, which waits for it.
+    At most one append is on its way; one that failed puts its text back in the buffer, ahead of the newer text. A
+    task thread so wakes once a flush, not once more for the reply.
 
     It rides out a short Redis outage (a restart): an append that fails keeps its text buffered and the next
     flush, ``retry_s`` later, tries again, so generation goes on and nothing is lost or sent twice. Before the
@@ -103,6 +119,10 @@ class DeltaCoalescer:
         """:meth:`drain` is writing the attempt's last flush."""
         self._unsure: tuple[int, int] | None = None
         """(id, parts) of a failed append that Redis may have applied anyway."""
+        self._buffered = 0
+        """Tokens of :attr:`parts`."""
+        self._sent: _Sent | None = None
+        """The append on its way, its reply not read yet (at most one: each flush reads the last one's first)."""
 
     @property
     def text(self) -> str:
@@ -118,19 +138,21 @@ class DeltaCoalescer:
 
     @property
     def buffered_tokens(self) -> int:
-        return sum(part.tokens for part in self.parts)
+        """Tokens not yet sent to the stream (an append on its way and failed counts again)."""
+        return self._buffered
 
     def add(self, text: str, tokens: int, logprobs: list[dict[str, Any]] | None = None) -> None:
         if not text and not tokens:
             return
         entries = list(logprobs or []) if self.logprobs else []
         self.parts.append(_Part(text, tokens, entries))
+        self._buffered += tokens
         self.text_parts.append(text)
         self.logprob_entries.extend(entries)
         self.tokens += tokens
         if self._holding_back():
             return
-        if self.flushes == 0 or self.buffered_tokens >= self.max_tokens:
+        if self.flushes == 0 or self._buffered >= self.max_tokens:
             self.flush()
         else:
             self.flush_if_due()
@@ -138,7 +160,7 @@ class DeltaCoalescer:
     def _holding_back(self) -> bool:
         """In ``holdback`` mode, until a window of tokens is buffered (then it is checked and written)."""
         guard = self.guard
-        return guard is not None and guard.holds_back and self.buffered_tokens < guard.window
+        return guard is not None and guard.holds_back and self._buffered < guard.window
 
     def wait_s(self) -> float:
         """How long the generation loop may wait for the next delta: until a buffered flush is due, else
@@ -164,10 +186,15 @@ class DeltaCoalescer:
         return max(0.0, due - time.monotonic())
 
     def flush_if_due(self) -> None:
+        if self._sent is not None and self._sent.pending.done:  # a failure is seen without waiting for a delta
+            self.settle()
         if self.parts and not self._holding_back() and time.monotonic() - self.last_flush >= self.interval_s():
             self.flush()
 
     def flush(self) -> None:
+        """Reads the outcome of the append on its way (waiting for it if need be), then sends what is buffered. With
+        a batching writer the append is not waited for: its outcome is read at the next flush (or :meth:`drain`)."""
+        self.settle()
         if not self.parts:
             return
         now = time.monotonic()
@@ -176,55 +203,96 @@ class DeltaCoalescer:
         try:
             if self._down_since is not None:
                 self._resume()
-            self._append_buffered()
-            if self.writer.gap is not None:  # the append went through, after entries Redis had lost
-                self._repair(*self.writer.gap)
-                self._append_buffered()
-        except STREAM_ERRORS as exc:
-            if self._down_since is None:
-                self._down_since = now
-                logger.warning("run %s: its stream is unreachable (%s); buffering the text", self.writer.run_id, exc)
-            if now - self._down_since > self.outage_limit_s:
-                raise StreamLost(f"Redis unreachable for {now - self._down_since:.1f} s") from exc
-            self._next_try = now + self.retry_s
+            self._send_buffered()
+        except STREAM_ERRORS as exc:  # _resume's reads (an append's own failure is read by settle)
+            self._failed(exc, now)
             return
-        if self._down_since is not None:
-            logger.info("run %s: stream reachable again after %.1f s", self.writer.run_id, now - self._down_since)
-            self._down_since = None
+        if self._sent is None:
+            if self._down_since is not None:  # nothing left to send: _resume's reads found Redis answering
+                self._up(now)
+        elif self._sent.pending.done:  # sent at once (no batcher): its failure is seen now, as it happened
+            self.settle()
 
     def drain(self) -> None:
-        """Flushes what is buffered, waiting out a Redis outage (up to the limit, then :class:`StreamLost`); the
-        guard's last window is checked (before it is written in ``holdback`` mode, after in ``retract`` mode)."""
+        """Flushes what is buffered and waits for it to be written, waiting out a Redis outage (up to the limit,
+        then :class:`StreamLost`); the guard's last window is checked (before it is written in ``holdback`` mode,
+        after in ``retract`` mode)."""
         self._draining = True
-        self.flush()
-        while self.parts:
-            time.sleep(self.retry_s)
+        while True:
             self.flush()
+            self.settle()
+            if not self.parts and self._sent is None:
+                break
+            time.sleep(self.retry_s)
         if self.guard is not None:
             self.guard.check(self.text)
 
-    def _append_buffered(self) -> None:
+    def _send_buffered(self) -> None:
+        """Sends every buffered part as one ``delta`` (or drops a text-less last one: see the class), without
+        waiting for the reply: :attr:`_sent` until :meth:`settle` reads it."""
         if self.guard is not None and self.guard.holds_back:
             self.guard.check(self.text)  # the window before it is written: a flagged one never is
-        count = len(self.parts)
-        text = "".join(part.text for part in self.parts)
-        data: dict[str, Any] = {"text": text, "tokens": self.buffered_tokens}
+        parts, tokens = self.parts, self._buffered
+        self.parts, self._buffered = [], 0
+        text = "".join(part.text for part in parts)
+        data: dict[str, Any] = {"text": text, "tokens": tokens}
         if self.flushes == 0 and self.prompt_tokens is not None:
             data["prompt_tokens"] = self.prompt_tokens
         if self.logprobs:
-            data["logprobs"] = [entry for part in self.parts for entry in part.logprobs]
-        if text or data.get("logprobs") or (data["tokens"] and not self._draining):
-            try:
-                self.writer.append(StreamEvent.DELTA, data)
-            except STREAM_ERRORS:
-                self._unsure = (self.writer.seq + 1, count)
-                raise
-            self.flushes += 1
-        tokens = sum(part.tokens for part in self.parts[:count])
-        del self.parts[:count]
+            data["logprobs"] = [entry for part in parts for entry in part.logprobs]
         self.last_flush = time.monotonic()
-        if self.guard is not None and not self.guard.holds_back:
-            self.guard.written(self.text, tokens)  # checks behind, once a window of new text is out
+        behind = self.guard if self.guard is not None and not self.guard.holds_back else None
+        if not (text or data.get("logprobs") or (tokens and not self._draining)):
+            if behind is not None:
+                behind.written(self.text, tokens)
+            return
+        pending = self.writer.append_later(StreamEvent.DELTA, data)
+        self._sent = _Sent(pending, parts, tokens, self.text if behind is not None else None)
+        self.flushes += 1
+
+    def settle(self) -> None:
+        """Reads the outcome of the append on its way: written (the output guard checks behind it; entries Redis
+        had lost before it are repaired), or failed (its parts go back to the buffer, ahead of the newer ones, and
+        the coalescer waits out the outage)."""
+        sent = self._sent
+        if sent is None:
+            return
+        self._sent = None
+        try:
+            sent.pending.result()
+        except STREAM_ERRORS as exc:
+            self._unsure = (sent.pending.seq, len(sent.parts))  # Redis may have applied it anyway
+            self.flushes -= 1
+            self.parts[:0] = sent.parts
+            self._buffered += sent.tokens
+            self._failed(exc, time.monotonic())
+            return
+        if self._down_since is not None:
+            self._up(time.monotonic())
+        if self.guard is not None and sent.written_text is not None:
+            self.guard.written(sent.written_text, sent.tokens)  # checks behind, once a window of new text is out
+        if self.writer.gap is not None:  # it went through, after entries Redis had lost
+            try:
+                self._repair(*self.writer.gap)
+            except STREAM_ERRORS as exc:  # the next flush's _resume finds the entries missing again
+                self._failed(exc, time.monotonic())
+                return
+            self._send_buffered()
+
+    def _failed(self, exc: Exception, now: float) -> None:
+        """Redis did not answer: the text stays buffered and the next flush tries ``retry_s`` later; past
+        ``outage_limit_s`` of failures, :class:`StreamLost`."""
+        if self._down_since is None:
+            self._down_since = now
+            logger.warning("run %s: its stream is unreachable (%s); buffering the text", self.writer.run_id, exc)
+        if now - self._down_since > self.outage_limit_s:
+            raise StreamLost(f"Redis unreachable for {now - self._down_since:.1f} s") from exc
+        self._next_try = now + self.retry_s
+
+    def _up(self, now: float) -> None:
+        if self._down_since is not None:
+            logger.info("run %s: stream reachable again after %.1f s", self.writer.run_id, now - self._down_since)
+            self._down_since = None
 
     def _resume(self) -> None:
         """The first write after Redis errors: is the run still ours, and what does its stream hold?"""
@@ -238,6 +306,7 @@ class DeltaCoalescer:
                 self.writer.written_up_to(seq)
                 self.flushes += 1
                 del self.parts[:count]
+                self._buffered = sum(part.tokens for part in self.parts)
         if last < self.writer.seq:  # Redis came back without entries it had acknowledged
             self._repair(last + 1, self.writer.seq)
 
@@ -248,3 +317,4 @@ class DeltaCoalescer:
         self.writer.append(StreamEvent.RESET, {})
         self.writer.gap = None
         self.parts = [_Part(self.text, self.tokens, list(self.logprob_entries))]
+        self._buffered = self.tokens

@@ -349,10 +349,15 @@ class Dispatcher:
 
     # -- preemption ---------------------------------------------------------------------------------
 
+    @property
+    def _preempting(self) -> bool:
+        """The gate's policy preempts and there is a way to ask a run to yield."""
+        return self.gate.preempt and self.preempt is not None
+
     def _lending(self, busy: dict[int, int], heads: dict[str, dict[int, QueuedRun]]) -> bool:
         """Whether the headroom is lent this tick: preemption is on and no user but one has had runs queued or in
         flight for ``HEADROOM_LEND_AFTER_S``."""
-        if not self.gate.preempt or self.preempt is None:
+        if not self._preempting:
             return False
         now = self.clock()
         seen = self._seen
@@ -368,7 +373,7 @@ class Dispatcher:
 
     def _can_preempt(self, run: QueuedRun, load: EngineLoad) -> bool:
         """Preemption is on and ``run``'s engine is full (a run of a user below their share, the caller's to check)."""
-        if not self.gate.preempt or self.preempt is None:
+        if not self._preempting:
             return False
         return self.gate.full(self._load_of(run.deployment) if run.deployment else load)
 
@@ -412,24 +417,21 @@ class Dispatcher:
         return max(candidates, key=lambda r: (tiers[r.tier], busy.get(r.user_id, 0), r.sent_at))
 
     def _ask_to_yield(self, sent: list[QueuedRun], yields: dict[int, InFlightRun]) -> None:
-        """Asks the victims of the runs sent to yield (a run that could not be sent takes no slot back)."""
-        sent_ids = {run.run_id for run in sent}
-        victims = [victim for run_id, victim in yields.items() if run_id in sent_ids]
+        """Asks the victims of the runs sent to yield (a run that could not be sent takes no slot back: its victim
+        may be chosen again)."""
+        users = {run.run_id: run.user_id for run in sent}
+        victims: list[InFlightRun] = []
         for run_id, victim in yields.items():
-            if run_id not in sent_ids:
+            if run_id not in users:
                 self._yields.pop(victim.run_id, None)
+                continue
+            victims.append(victim)
+            logger.info(
+                "run %s (user %s) preempts run %s of user %s on %s",
+                *(run_id, users[run_id], victim.run_id, victim.user_id, victim.deployment or "the engines"),
+            )
         if not victims or self.preempt is None:
             return
-        for run_id, victim in yields.items():
-            if run_id in sent_ids:
-                logger.info(
-                    "run %s (user %s) preempts run %s of user %s on %s",
-                    run_id,
-                    next(r.user_id for r in sent if r.run_id == run_id),
-                    victim.run_id,
-                    victim.user_id,
-                    victim.deployment or "the engines",
-                )
         try:
             self.preempt([victim.run_id for victim in victims])
         except Exception:  # the newcomer then waits in the engine for the next run to end

@@ -15,6 +15,10 @@ writer thread instead and waits: the writer sends everything queued since its la
 
 Nothing is held back for company: the writer sends as soon as it is free, so what arrives while one pipeline is
 on the wire goes out together in the next. Writes through other clients (a test's) go out in a pipeline per client.
+
+A caller need not wait: :meth:`PipelineBatcher.submit` queues its commands and returns their :class:`Submission` at
+once, to be read later (``RunStreamWriter.append_later``: a coalescer reads an append's outcome at its next flush,
+so a task thread wakes once a flush, not once more for the reply).
 """
 
 from __future__ import annotations
@@ -31,26 +35,46 @@ Command = tuple[tuple[Any, ...], dict[str, Any]]
 """One queued command as redis-py's ``Pipeline.command_stack`` holds it: its arguments and options."""
 
 
-class _Submission:
-    """One caller's commands, and once sent their replies or the error; the caller waits on it."""
+class Submission:
+    """One caller's commands, and once sent their replies or the error: :meth:`wait` returns the replies or raises
+    the error (as often as it is asked)."""
 
-    __slots__ = ("_done", "client", "commands", "error", "replies")
+    __slots__ = ("_done", "_settled", "client", "commands", "error", "replies")
 
     def __init__(self, client: redis.Redis, commands: list[Command]) -> None:
         self.client = client
         self.commands = commands
         self.replies: list[Any] = []
         self.error: BaseException | None = None
+        self._settled = False
+        """The replies or the error are in (set by the writer thread, after them)."""
         self._done = threading.Lock()
         self._done.acquire()
+
+    @classmethod
+    def settled(cls, *, replies: list[Any] | None = None, error: BaseException | None = None) -> Submission:
+        """A submission already answered (commands sent without a batcher)."""
+        submission = cls.__new__(cls)
+        submission.client, submission.commands = None, []  # type: ignore[assignment]
+        submission.replies, submission.error, submission._settled = replies or [], error, True
+        submission._done = threading.Lock()
+        return submission
+
+    @property
+    def done(self) -> bool:
+        """Answered: :meth:`wait` returns (or raises) without waiting."""
+        return self._settled
 
     def settle(self, *, replies: list[Any] | None = None, error: BaseException | None = None) -> None:
         self.replies = replies or []
         self.error = error
+        self._settled = True
         self._done.release()
 
     def wait(self) -> list[Any]:
-        self._done.acquire()
+        if not self._settled:
+            self._done.acquire()
+            self._done.release()  # for a later wait
         if self.error is not None:
             raise self.error
         return self.replies
@@ -73,7 +97,7 @@ class PipelineBatcher:
     def __init__(self, *, name: str = "stream-writer") -> None:
         self.name = name
         self._cond = threading.Condition(threading.Lock())
-        self._pending: list[_Submission] = []
+        self._pending: list[Submission] = []
         self._thread: threading.Thread | None = None
         self._pid = 0
         self.pipelines = 0
@@ -85,15 +109,20 @@ class PipelineBatcher:
         """Sends ``commands`` (a pipeline's ``command_stack``) through ``client`` with everything else queued, and
         returns their replies; raises what ``pipe.execute()`` would (the first failed command's error, or the
         pipeline's)."""
+        return self.submit(client, commands).wait()
+
+    def submit(self, client: redis.Redis, commands: list[Command]) -> Submission:
+        """Queues ``commands`` as :meth:`execute` does and returns at once; the submission's ``wait()`` gives what
+        :meth:`execute` would have returned or raised."""
         if not commands:
-            return []
-        submission = _Submission(client, list(commands))
+            return Submission.settled()
+        submission = Submission(client, list(commands))
         with self._cond:
             if self._thread is None or self._pid != os.getpid():  # first use, or a forked child: a thread of its own
                 self._start()
             self._pending.append(submission)
             self._cond.notify()
-        return submission.wait()
+        return submission
 
     def _start(self) -> None:
         self._pending = []
@@ -107,13 +136,13 @@ class PipelineBatcher:
                 while not self._pending:
                     self._cond.wait()
                 batch, self._pending = self._pending, []
-            by_client: dict[int, list[_Submission]] = {}
+            by_client: dict[int, list[Submission]] = {}
             for submission in batch:
                 by_client.setdefault(id(submission.client), []).append(submission)
             for submissions in by_client.values():
                 self._send(submissions)
 
-    def _send(self, submissions: list[_Submission]) -> None:
+    def _send(self, submissions: list[Submission]) -> None:
         """One pipeline with every submission's commands; each submission gets its own slice of the replies."""
         try:
             pipe = submissions[0].client.pipeline(transaction=False)

@@ -29,7 +29,7 @@ from django.conf import settings
 
 from core.redis_client import get_redis
 from runs.models import Run, RunStatus
-from runs.streaming.batch import PipelineBatcher
+from runs.streaming.batch import PipelineBatcher, Submission
 
 
 class StreamEvent(StrEnum):
@@ -131,6 +131,42 @@ def last_seq(run_id: int, *, client: redis.Redis | None = None) -> int:
     return int(last[0][0].split("-", 1)[1]) if last else 0
 
 
+class PendingAppend:
+    """An append sent and not yet read (:meth:`RunStreamWriter.append_later`)."""
+
+    __slots__ = ("seq", "submission", "writer")
+
+    def __init__(self, writer: RunStreamWriter, seq: int, submission: Submission) -> None:
+        self.writer = writer
+        self.seq = seq
+        """Its sequence number (the SSE ``id``)."""
+        self.submission = submission
+
+    @property
+    def done(self) -> bool:
+        """Redis has answered (or failed to): :meth:`result` does not wait."""
+        return self.submission.done
+
+    def result(self) -> int:
+        """Waits for Redis's reply; returns the append's sequence number, or raises what :meth:`RunStreamWriter.append`
+        would have (the writer then numbers its next append as if this one had not been written)."""
+        writer = self.writer
+        try:
+            replies = self.submission.wait()
+        except (redis.ConnectionError, redis.TimeoutError):
+            writer.seq = self.seq - 1
+            writer._expiry_set = False
+            writer._active_refreshed_at = 0.0
+            raise
+        before = replies[0]
+        last = int(before[0][0].split("-", 1)[1]) if before else 0
+        if last < self.seq - 1:
+            # Redis answers but no longer holds entries it acknowledged: a restart without them, or a Sentinel
+            # failover to a replica they had not reached, that redis-py's retries hid from this append.
+            writer.gap = (last + 1, self.seq - 1)
+        return self.seq
+
+
 class RunStreamWriter:
     """Appends events to one run's stream. Not thread-safe: one writer per run at a time.
 
@@ -169,23 +205,22 @@ class RunStreamWriter:
         reply lost) is for the caller to find out with :meth:`last_in_stream` once Redis answers again. The
         stream's TTL and active entry go out again with the next append.
         """
+        return self.append_later(event, data).result()
+
+    def append_later(self, event: StreamEvent, data: dict[str, Any]) -> PendingAppend:
+        """:meth:`append` without waiting for Redis's reply when the writer has a ``batcher`` (without one the
+        append is sent at once): the returned :class:`PendingAppend`'s ``result()`` is what :meth:`append` would
+        have returned or raised. Read it before the writer's next append: that one is numbered as if this one
+        had been written."""
         pipe = self.client.pipeline(transaction=False)
         pipe.xrevrange(self.key, count=1)  # the entry before this one, in the same round trip
         seq = self.queue(pipe, event, data)
+        if self.batcher is not None:
+            return PendingAppend(self, seq, self.batcher.submit(self.client, pipe.command_stack))
         try:
-            replies = pipe.execute() if self.batcher is None else self.batcher.execute(self.client, pipe.command_stack)
-        except (redis.ConnectionError, redis.TimeoutError):
-            self.seq = seq - 1
-            self._expiry_set = False
-            self._active_refreshed_at = 0.0
-            raise
-        before = replies[0]
-        last = int(before[0][0].split("-", 1)[1]) if before else 0
-        if last < seq - 1:
-            # Redis answers but no longer holds entries it acknowledged: a restart without them, or a Sentinel
-            # failover to a replica they had not reached, that redis-py's retries hid from this append.
-            self.gap = (last + 1, seq - 1)
-        return seq
+            return PendingAppend(self, seq, Submission.settled(replies=pipe.execute()))
+        except Exception as exc:  # noqa: BLE001 - raised by the pending append's result(), as a batcher's would be
+            return PendingAppend(self, seq, Submission.settled(error=exc))
 
     def last_in_stream(self) -> int:
         """The id of the stream's last entry in Redis (0: none), for a writer resuming after Redis errors."""

@@ -23,6 +23,7 @@ from runs.services import run_cancel
 from runs.streaming.contract import RunStreamWriter, StreamEvent
 from tests.factories import RunFactory
 from tests.inference_workers.conftest import stream_of, text_after_last_reset, wait_for
+from tests.inference_workers.list_writer import ListWriter
 
 # Transactional: a run's end (its refund, its terminal stream event) takes effect when its transaction commits.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -200,18 +201,8 @@ def test_heartbeat_reports_engine_stats(sim_runtime: WorkerRuntime) -> None:
     assert beat.age_s() < 5
 
 
-class _ListWriter:
-    def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
-        self.gap: tuple[int, int] | None = None  # a list loses no entries
-
-    def append(self, event: StreamEvent, data: dict[str, Any]) -> int:
-        self.events.append(data)
-        return len(self.events)
-
-
 def test_coalescer_sends_first_token_at_once_then_batches() -> None:
-    writer = _ListWriter()
+    writer = ListWriter()
     coalescer = DeltaCoalescer(writer, interval_s=lambda: 60.0, max_tokens=4)  # type: ignore[arg-type]
     coalescer.add("A", 1)
     assert writer.events == [{"text": "A", "tokens": 1}]

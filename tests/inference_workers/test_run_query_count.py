@@ -64,14 +64,14 @@ def test_a_generating_run_holds_no_database_connection(sim_runtime: WorkerRuntim
     from runs.streaming.contract import RunStreamWriter, StreamEvent
 
     held: list[bool] = []
-    append = RunStreamWriter.append
+    append = RunStreamWriter.append_later
 
     def recording(self: RunStreamWriter, event: StreamEvent, data: Any, *args: Any, **kwargs: Any) -> Any:
         if event == StreamEvent.DELTA:
             held.append(connection.connection is not None)
         return append(self, event, data, *args, **kwargs)
 
-    monkeypatch.setattr(RunStreamWriter, "append", recording)
+    monkeypatch.setattr(RunStreamWriter, "append_later", recording)
     run = RunFactory.create(max_tokens=12)
     assert generate_run(run_id=run.pk, runtime=sim_runtime) == RunStatus.DONE
     assert held and not any(held), held

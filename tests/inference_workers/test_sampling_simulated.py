@@ -23,6 +23,7 @@ from runs.models import PromptMode, Run, RunStatus
 from runs.streaming.contract import StreamEvent
 from tests.factories import ChatFactory, MessageFactory, RunFactory
 from tests.inference_workers.conftest import fast_sim_config, stream_of, text_after_last_reset
+from tests.inference_workers.list_writer import ListWriter
 
 
 def _generate(
@@ -125,22 +126,12 @@ def test_no_logprobs_unless_asked() -> None:
 # the coalescer
 
 
-class _ListWriter:
-    def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
-        self.gap: tuple[int, int] | None = None  # a list loses no entries
-
-    def append(self, event: StreamEvent, data: dict[str, Any]) -> int:
-        self.events.append(data)
-        return len(self.events)
-
-
 def _lp(token: str) -> dict[str, Any]:
     return {"token": token, "logprob": -0.5, "bytes": list(token.encode()), "top_logprobs": []}
 
 
 def test_delta_events_carry_the_logprobs_of_their_tokens() -> None:
-    writer = _ListWriter()
+    writer = ListWriter()
     coalescer = DeltaCoalescer(writer, interval_s=lambda: 60.0, max_tokens=3, logprobs=True)  # type: ignore[arg-type]
     coalescer.add("A", 1, [_lp("A")])
     assert writer.events == [{"text": "A", "tokens": 1, "logprobs": [_lp("A")]}]  # the first text at once
@@ -157,7 +148,7 @@ def test_delta_events_carry_the_logprobs_of_their_tokens() -> None:
 
 
 def test_without_logprobs_the_events_stay_text_and_tokens() -> None:
-    writer = _ListWriter()
+    writer = ListWriter()
     coalescer = DeltaCoalescer(writer, interval_s=lambda: 60.0, max_tokens=4)  # type: ignore[arg-type]
     coalescer.add("A", 1, [_lp("A")])
     coalescer.add("", 1, [_lp("<eos>")])
@@ -169,7 +160,7 @@ def test_tokens_without_text_are_written_as_they_come_and_left_to_the_terminal_e
     """Special tokens (an end-of-sequence token under ``ignore_eos``) have no text: vLLM's server still streams a chunk
     for them, and a client's first token is the first of them. The last text-less flush of an attempt is not written:
     the terminal event that follows counts its tokens."""
-    writer = _ListWriter()
+    writer = ListWriter()
     coalescer = DeltaCoalescer(writer, interval_s=lambda: 60.0, max_tokens=2)  # type: ignore[arg-type]
     coalescer.add("", 1)  # the first token: at once, text or not
     coalescer.add("", 1)

@@ -92,6 +92,7 @@ def test_an_outage_buffers_the_text_and_writes_it_once_redis_answers(
     flaky = FlakyRedis(clean_redis)
     coalescer = _coalescer(flaky, 7, batcher)
     coalescer.add("a", 1)
+    coalescer.settle()  # "a" is in the stream (a batching writer's append is read at the next flush)
     flaky.down = 3
     for word in (" b", " c", " d", " e"):  # three fail; the fourth goes out with everything buffered
         coalescer.add(word, 1)
@@ -108,6 +109,7 @@ def test_an_append_redis_applied_but_did_not_acknowledge_is_not_sent_again(
     flaky = FlakyRedis(clean_redis)
     coalescer = _coalescer(flaky, 8, batcher)
     coalescer.add("a", 1)
+    coalescer.settle()
     flaky.down, flaky.applied = 1, True
     coalescer.add(" b", 1)  # in the stream, but the worker saw an error
     coalescer.add(" c", 1)
@@ -123,6 +125,7 @@ def test_entries_redis_came_back_without_are_sent_again_after_a_reset(
     coalescer = _coalescer(flaky, 9, batcher)
     coalescer.add("a", 1)
     coalescer.add(" b", 1)
+    coalescer.settle()
     clean_redis.xdel(stream_key(9), "0-2")  # acknowledged, then lost (a crash before the append-only file sync)
     flaky.down = 1
     coalescer.add(" c", 1)
@@ -143,6 +146,7 @@ def test_entries_lost_without_an_error_seen_are_found_by_the_next_append_and_sen
     coalescer = _coalescer(FlakyRedis(clean_redis), 10, batcher)
     coalescer.add("a", 1)
     coalescer.add(" b", 1)
+    coalescer.settle()
     clean_redis.xdel(stream_key(10), "0-2")  # gone with no failed append: the writer has seen nothing
     coalescer.add(" c", 1)
     coalescer.drain()
@@ -165,6 +169,7 @@ def test_a_resend_after_lost_entries_keeps_every_tokens_logprobs(
 
     coalescer.add("a", 1, lp("a"))
     coalescer.add(" b", 1, lp(" b"))
+    coalescer.settle()
     clean_redis.xdel(stream_key(12), "0-2")
     flaky.down = 1
     coalescer.add(" c", 1, lp(" c"))
@@ -183,6 +188,7 @@ def test_the_attempt_stops_when_it_lost_the_lease_during_the_outage(
     flaky = FlakyRedis(clean_redis)
     coalescer = _coalescer(flaky, 10, batcher, owns=lambda: False)
     coalescer.add("a", 1)
+    coalescer.settle()
     flaky.down = 1
     coalescer.add(" b", 1)
     with pytest.raises(StreamLost, match="lease"):
@@ -196,6 +202,7 @@ def test_an_outage_longer_than_the_limit_stops_the_attempt(
     flaky = FlakyRedis(clean_redis)
     coalescer = _coalescer(flaky, 11, batcher, limit=0.0)
     coalescer.add("a", 1)
+    coalescer.settle()
     flaky.down = 1000
     coalescer.add(" b", 1)  # the first failure starts the clock
     with pytest.raises(StreamLost, match="unreachable"):

@@ -135,8 +135,14 @@ def test_a_pipeline_that_fails_fails_every_caller_in_it_and_each_writes_its_text
     ]
     for coalescer in coalescers:
         coalescer.add("a", 1)
+        coalescer.settle()
     gated.down, gated.applied = 2, applied  # the pipeline that holds the writer, then the tick's
-    _in_one_tick(gated, batcher, [partial(c.add, " b", 1) for c in coalescers])
+
+    def add_b(c: DeltaCoalescer) -> None:
+        c.add(" b", 1)  # sent without waiting for the reply,
+        c.settle()  # which this reads
+
+    _in_one_tick(gated, batcher, [partial(add_b, c) for c in coalescers])
     assert gated.executes[-1] == 2 * THREADS  # one pipeline: XREVRANGE and XADD for each run
     assert all(c._down_since is not None and c.parts for c in coalescers)  # each one saw the error
 
@@ -163,3 +169,31 @@ def test_the_writer_thread_goes_on_after_a_failed_pipeline(clean_redis: redis.Re
     with pytest.raises(redis.ConnectionError):
         batcher.execute(gated, [(("PING",), {})])  # type: ignore[arg-type]
     assert batcher.execute(gated, [(("INCR", "n"), {})]) == [1]  # type: ignore[arg-type]
+
+
+def test_a_flush_does_not_wait_for_the_reply_and_the_next_flush_reads_it(clean_redis: redis.Redis) -> None:
+    """Through a batcher a coalescer's append is sent and not waited for (a task thread wakes once a flush): the
+    thread goes on while the pipeline is on the wire, and its next flush reads the outcome. A failed append's text
+    goes out again, ahead of the newer text, once; the ids stay gapless."""
+    gated, batcher = GatedRedis(clean_redis), PipelineBatcher()
+    coalescer = DeltaCoalescer(
+        RunStreamWriter(300, client=gated, batcher=batcher),  # type: ignore[arg-type]
+        interval_s=lambda: 0.0,
+        max_tokens=1,
+        retry_s=0.0,
+    )
+    gated.gate.clear()
+    coalescer.add("a", 1)  # returns with its pipeline held at the gate
+    _wait_for(lambda: gated.held == 1)
+    assert read_after(300, 0) == [] and coalescer._sent is not None
+    gated.gate.set()
+    coalescer.settle()
+    assert [(e.seq, e.data["text"]) for e in read_after(300, 0)] == [(1, "a")]
+
+    gated.down = 1
+    coalescer.add(" b", 1)  # fails on the wire; nobody waits for it
+    _wait_for(lambda: coalescer._sent is not None and coalescer._sent.pending.done)
+    coalescer.add(" c", 1)  # reads the failure, then sends " b" again with " c"
+    coalescer.drain()
+    assert [(e.seq, e.data["text"]) for e in read_after(300, 0)] == [(1, "a"), (2, " b c")]
+    assert coalescer.flushes == 2 and coalescer._down_since is None
