@@ -168,7 +168,7 @@ class DeltaCoalescer:
         between tokens)."""
         if not self.parts or self._holding_back():
             return IDLE_WAIT_S
-        due = self.last_flush + self.interval_s()
+        due = self._flushed_at() + self.interval_s()
         if self._down_since is not None:  # Redis is out: the next try, not a spin until it is back
             due = max(due, self._next_try)
         return max(0.001, due - time.monotonic())
@@ -180,10 +180,18 @@ class DeltaCoalescer:
         token count)."""
         if self.flushes == 0 or self._holding_back() or (self.guard is not None and self.guard.holds_back):
             return 0.0
-        due = self.last_flush + self.interval_s()
+        due = self._flushed_at() + self.interval_s()
         if self._down_since is not None:
             due = max(due, self._next_try)
         return max(0.0, due - time.monotonic())
+
+    def _flushed_at(self) -> float:
+        """When the last flush was done: when Redis answered it, once it has (a writer that lags makes flushes
+        rarer, as when the thread waited for each reply), else when it was sent."""
+        sent = self._sent
+        if sent is not None and sent.pending.done:
+            return max(self.last_flush, sent.pending.answered_at)
+        return self.last_flush
 
     def flush_if_due(self) -> None:
         if self._sent is not None and self._sent.pending.done:  # a failure is seen without waiting for a delta
@@ -227,6 +235,18 @@ class DeltaCoalescer:
         if self.guard is not None:
             self.guard.check(self.text)
 
+    def abandon(self) -> None:
+        """Waits for the append on its way, whatever its outcome, and forgets it: an attempt that stops without
+        :meth:`drain` (its engine died, its stream was lost) leaves nothing landing in the stream after its lease is
+        released, when another attempt may take the run over from what the stream shows."""
+        sent, self._sent = self._sent, None
+        if sent is None:
+            return
+        try:
+            sent.pending.result()
+        except redis.RedisError as exc:  # the text it carried is lost with the attempt; the next one goes on without
+            logger.info("run %s: the stopped attempt's last append failed (%s)", self.writer.run_id, exc)
+
     def _send_buffered(self) -> None:
         """Sends every buffered part as one ``delta`` (or drops a text-less last one: see the class), without
         waiting for the reply: :attr:`_sent` until :meth:`settle` reads it."""
@@ -267,6 +287,7 @@ class DeltaCoalescer:
             self._buffered += sent.tokens
             self._failed(exc, time.monotonic())
             return
+        self.last_flush = max(self.last_flush, sent.pending.answered_at)
         if self._down_since is not None:
             self._up(time.monotonic())
         if self.guard is not None and sent.written_text is not None:

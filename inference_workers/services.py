@@ -182,6 +182,8 @@ class GenerationAttempt:
         try:
             ended = self.pump(active)
         finally:
+            if self.coalescer is not None:  # an append still on its way lands before the lease is released
+                self.coalescer.abandon()
             self.runtime.unregister(self.run_id)
         if ended is not None:
             return ended.status

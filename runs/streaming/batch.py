@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import os
 import threading
+import time
 from functools import lru_cache
 from typing import Any
 
@@ -39,7 +40,7 @@ class Submission:
     """One caller's commands, and once sent their replies or the error: :meth:`wait` returns the replies or raises
     the error (as often as it is asked)."""
 
-    __slots__ = ("_done", "_settled", "client", "commands", "error", "replies")
+    __slots__ = ("_done", "_settled", "client", "commands", "error", "replies", "settled_at")
 
     def __init__(self, client: redis.Redis, commands: list[Command]) -> None:
         self.client = client
@@ -48,6 +49,8 @@ class Submission:
         self.error: BaseException | None = None
         self._settled = False
         """The replies or the error are in (set by the writer thread, after them)."""
+        self.settled_at = 0.0
+        """When they came in (``time.monotonic()``)."""
         self._done = threading.Lock()
         self._done.acquire()
 
@@ -57,6 +60,7 @@ class Submission:
         submission = cls.__new__(cls)
         submission.client, submission.commands = None, []  # type: ignore[assignment]
         submission.replies, submission.error, submission._settled = replies or [], error, True
+        submission.settled_at = time.monotonic()
         submission._done = threading.Lock()
         return submission
 
@@ -68,6 +72,7 @@ class Submission:
     def settle(self, *, replies: list[Any] | None = None, error: BaseException | None = None) -> None:
         self.replies = replies or []
         self.error = error
+        self.settled_at = time.monotonic()
         self._settled = True
         self._done.release()
 

@@ -147,6 +147,11 @@ class PendingAppend:
         """Redis has answered (or failed to): :meth:`result` does not wait."""
         return self.submission.done
 
+    @property
+    def answered_at(self) -> float:
+        """When Redis answered (``time.monotonic()``; 0 until :attr:`done`)."""
+        return self.submission.settled_at
+
     def result(self) -> int:
         """Waits for Redis's reply; returns the append's sequence number, or raises what :meth:`RunStreamWriter.append`
         would have (the writer then numbers its next append as if this one had not been written)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from runs.streaming.contract import StreamEvent
@@ -14,6 +15,7 @@ class Written:
 
     def __init__(self, seq: int) -> None:
         self.seq = seq
+        self.answered_at = time.monotonic()
 
     def result(self) -> int:
         return self.seq

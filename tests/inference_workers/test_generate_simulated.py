@@ -23,7 +23,7 @@ from runs.services import run_cancel
 from runs.streaming.contract import RunStreamWriter, StreamEvent
 from tests.factories import RunFactory
 from tests.inference_workers.conftest import stream_of, text_after_last_reset, wait_for
-from tests.inference_workers.list_writer import ListWriter
+from tests.inference_workers.list_writer import ListWriter, Written
 
 # Transactional: a run's end (its refund, its terminal stream event) takes effect when its transaction commits.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -199,6 +199,33 @@ def test_heartbeat_reports_engine_stats(sim_runtime: WorkerRuntime) -> None:
     assert beat.worker == "sim@test" and beat.model == settings.ENGINE.served_model_name
     assert beat.max_slots == 4 and beat.running == 0 and beat.waiting == 0
     assert beat.age_s() < 5
+
+
+class _LaggingWriter(ListWriter):
+    """Appends that Redis has not answered yet, until the test says when it did."""
+
+    def append_later(self, event: StreamEvent, data: dict[str, Any]) -> Written:
+        written = super().append_later(event, data)
+        written.done = False  # type: ignore[misc]
+        return written
+
+
+def test_the_flush_interval_counts_from_when_redis_answered_the_last_flush() -> None:
+    """A flush is not waited for, but the next one is due an interval after Redis answered it, not after it was sent:
+    a writer that lags makes flushes rarer, as when each thread waited for its reply."""
+    writer = _LaggingWriter()
+    coalescer = DeltaCoalescer(writer, interval_s=lambda: 1.0, max_tokens=100)  # type: ignore[arg-type]
+    coalescer.add("A", 1)  # the first text, at once
+    sent = coalescer._sent
+    assert sent is not None
+    coalescer.add("b", 1)
+    assert 0.9 < coalescer.wait_s() <= 1.0 and 0.9 < coalescer.hold_s() <= 1.0  # not answered: from the send
+    pending = cast(Written, sent.pending)
+    pending.done, pending.answered_at = True, coalescer.last_flush + 0.5  # type: ignore[misc]
+    assert 1.4 < coalescer.wait_s() <= 1.5 and 1.4 < coalescer.hold_s() <= 1.5
+    coalescer.flush_if_due()  # reads the reply; not due
+    assert coalescer._sent is None and writer.events == [{"text": "A", "tokens": 1}]
+    assert 1.4 < coalescer.hold_s() <= 1.5
 
 
 def test_coalescer_sends_first_token_at_once_then_batches() -> None:
