@@ -28,7 +28,7 @@ import os
 import threading
 import time
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -42,8 +42,9 @@ class Submission:
 
     __slots__ = ("_done", "_settled", "client", "commands", "error", "replies", "settled_at")
 
-    def __init__(self, client: redis.Redis, commands: list[Command]) -> None:
+    def __init__(self, client: redis.Redis | None, commands: list[Command]) -> None:
         self.client = client
+        """None for :meth:`settled`'s, which no writer thread sends."""
         self.commands = commands
         self.replies: list[Any] = []
         self.error: BaseException | None = None
@@ -57,11 +58,8 @@ class Submission:
     @classmethod
     def settled(cls, *, replies: list[Any] | None = None, error: BaseException | None = None) -> Submission:
         """A submission already answered (commands sent without a batcher)."""
-        submission = cls.__new__(cls)
-        submission.client, submission.commands = None, []  # type: ignore[assignment]
-        submission.replies, submission.error, submission._settled = replies or [], error, True
-        submission.settled_at = time.monotonic()
-        submission._done = threading.Lock()
+        submission = cls(None, [])
+        submission.settle(replies=replies, error=error)
         return submission
 
     @property
@@ -150,7 +148,8 @@ class PipelineBatcher:
     def _send(self, submissions: list[Submission]) -> None:
         """One pipeline with every submission's commands; each submission gets its own slice of the replies."""
         try:
-            pipe = submissions[0].client.pipeline(transaction=False)
+            client = cast(redis.Redis, submissions[0].client)  # submit() queues only submissions with a client
+            pipe = client.pipeline(transaction=False)
             for submission in submissions:
                 pipe.command_stack.extend(submission.commands)
             replies = pipe.execute(raise_on_error=False)

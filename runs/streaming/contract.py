@@ -155,21 +155,7 @@ class PendingAppend:
     def result(self) -> int:
         """Waits for Redis's reply; returns the append's sequence number, or raises what :meth:`RunStreamWriter.append`
         would have (the writer then numbers its next append as if this one had not been written)."""
-        writer = self.writer
-        try:
-            replies = self.submission.wait()
-        except (redis.ConnectionError, redis.TimeoutError):
-            writer.seq = self.seq - 1
-            writer._expiry_set = False
-            writer._active_refreshed_at = 0.0
-            raise
-        before = replies[0]
-        last = int(before[0][0].split("-", 1)[1]) if before else 0
-        if last < self.seq - 1:
-            # Redis answers but no longer holds entries it acknowledged: a restart without them, or a Sentinel
-            # failover to a replica they had not reached, that redis-py's retries hid from this append.
-            writer.gap = (last + 1, self.seq - 1)
-        return self.seq
+        return self.writer._answered(self.seq, self.submission)
 
 
 class RunStreamWriter:
@@ -226,6 +212,24 @@ class RunStreamWriter:
             return PendingAppend(self, seq, Submission.settled(replies=pipe.execute()))
         except Exception as exc:  # noqa: BLE001 - raised by the pending append's result(), as a batcher's would be
             return PendingAppend(self, seq, Submission.settled(error=exc))
+
+    def _answered(self, seq: int, submission: Submission) -> int:
+        """Reads the reply of append ``seq`` (waiting for it): on a failure the next append is numbered as if it had
+        not been written, and its TTL and active entry go out again; entries Redis lost before it are :attr:`gap`."""
+        try:
+            replies = submission.wait()
+        except (redis.ConnectionError, redis.TimeoutError):
+            self.seq = seq - 1
+            self._expiry_set = False
+            self._active_refreshed_at = 0.0
+            raise
+        before = replies[0]
+        last = int(before[0][0].split("-", 1)[1]) if before else 0
+        if last < seq - 1:
+            # Redis answers but no longer holds entries it acknowledged: a restart without them, or a Sentinel
+            # failover to a replica they had not reached, that redis-py's retries hid from this append.
+            self.gap = (last + 1, seq - 1)
+        return seq
 
     def last_in_stream(self) -> int:
         """The id of the stream's last entry in Redis (0: none), for a writer resuming after Redis errors."""
