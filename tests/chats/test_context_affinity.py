@@ -179,6 +179,46 @@ def test_a_batch_goes_to_the_broker_in_one_round_trip_and_fails_whole(
 
 
 @pytest.mark.django_db
+def test_a_queue_is_declared_by_the_first_send_alone_and_flower_reads_the_same_arguments(
+    clean_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process declares a queue with its first send to it, not again with every send (Celery would: kombu's
+    cache answers, after a bound copy and a retry wrapper, a third of a send's CPU); the message's ``argsrepr`` and
+    ``kwargsrepr``, given to Celery, are what its ``saferepr`` writes, so Flower shows the same."""
+    import kombu.messaging
+    from celery.utils.saferepr import saferepr
+
+    from generation import worker_contract
+
+    runs = [RunFactory.create() for _ in range(3)]
+    _sent_to("free")
+    monkeypatch.setattr(worker_contract, "_declared_queues", set())  # a process that has not sent yet
+    declared: list[str] = []
+    real = kombu.messaging.Producer.maybe_declare
+
+    def recorded(self: kombu.messaging.Producer, entity: Any, retry: bool = False, **policy: Any) -> Any:
+        declared.append(entity.name)
+        return real(self, entity, retry, **policy)
+
+    monkeypatch.setattr(kombu.messaging.Producer, "maybe_declare", recorded)
+    messages = [worker_contract.GenerateMessage(run.pk, "free", engine_priority=7) for run in runs[:2]]
+    assert worker_contract.send_generates(messages) == [None, None]
+    assert declared.count("free") == 1  # the first message's; the second's is known declared
+    declared.clear()
+    assert worker_contract.send_generates([worker_contract.GenerateMessage(runs[2].pk, "free")]) == [None]
+    assert "free" not in declared
+
+    broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    headers = [json.loads(item)["headers"] for item in reversed(broker.lrange("free", 0, -1))]
+    broker.delete("free")
+    assert [(h["argsrepr"], h["kwargsrepr"]) for h in headers] == [
+        (saferepr([runs[0].pk]), saferepr({"engine_priority": 7})),
+        (saferepr([runs[1].pk]), saferepr({"engine_priority": 7})),
+        (saferepr([runs[2].pk]), saferepr({})),
+    ]
+
+
+@pytest.mark.django_db
 def test_a_gpu_worker_consumes_its_own_queue_and_other_workers_do_not() -> None:
     worker_deployment.cache_clear()
     gpu = Celery("gpu", set_as_current=False)
