@@ -6,7 +6,8 @@ the claim (4: the run with its tier, chat and user message in the locking read, 
 earlier turns for the prompt (1), the first token's time (1), and the end (7: the run locked with its chat,
 user, tier and limits; the assistant message; the run; the day's usage in one upsert; the chat). A chat of the
 browser UI adds the summary check (2); an OpenAI-compatible call's chat has none. The tier's moderation policy (the
-output pass's) is a per-process snapshot, warm here as in a serving worker.
+output pass's) and the deployments (the run's deployment key, for the summary check) are per-process snapshots,
+warm here as in a serving worker.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pytest_django.fixtures import DjangoAssertNumQueries
 
 from accounts.models import UsageDay
 from chats.models import ChatOrigin
+from deployments.selection import default_deployment, forget_cached
 from inference_workers.runtime import WorkerRuntime
 from inference_workers.services import generate_run
 from moderation.selectors import forget_cached_policies, moderation_policy
@@ -37,13 +39,17 @@ def test_a_generated_run_costs_a_fixed_number_of_round_trips(
     settings: Any,
 ) -> None:
     settings.MODERATION = dataclasses.replace(settings.MODERATION, policy_cache_s=600.0)
+    settings.DEPLOYMENTS = dataclasses.replace(settings.DEPLOYMENTS, cache_s=600.0)
     forget_cached_policies()
+    forget_cached()
     chat = ChatFactory.create(origin=origin)
     moderation_policy(tier=chat.owner.tier)
-    first = RunFactory.create(chat=chat, max_tokens=8)
+    deployment = default_deployment()  # the snapshot, warm
+    assert deployment is not None
+    first = RunFactory.create(chat=chat, max_tokens=8, deployment_id=deployment.id)
     with django_assert_num_queries(expected):  # the day's first run creates its usage row: the same count
         assert generate_run(run_id=first.pk, runtime=sim_runtime) == RunStatus.DONE
-    second = RunFactory.create(chat=chat, max_tokens=8)
+    second = RunFactory.create(chat=chat, max_tokens=8, deployment_id=deployment.id)
     with django_assert_num_queries(expected):
         assert generate_run(run_id=second.pk, runtime=sim_runtime) == RunStatus.DONE
 
