@@ -40,3 +40,20 @@ def test_every_queued_run_is_published_once() -> None:
                 if message["headers"]["task"].startswith("inference_workers"):
                     run_ids += [int(x) for x in re.findall(r"\d+", message["headers"]["argsrepr"])]
     assert len(run_ids) == RUNS and len(set(run_ids)) == RUNS, (sorted(run_ids), report)
+
+
+SEND_BENCH = ROOT / "bench" / "send_generates_cpu.py"
+
+
+@pytest.mark.live
+def test_the_send_bench_publishes_its_batches_and_leaves_the_broker_empty() -> None:
+    """``bench/send_generates_cpu.py`` on a few small batches: it prints its figure and flushes the broker after."""
+    broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    argv = [sys.executable, str(SEND_BENCH), "--batch", "4", "--calls", "2", "--blocks", "2", "--queue", "free"]
+    argv += ["--redis-url", settings.REDIS_URL, "--broker-url", settings.CELERY_BROKER_URL]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    report = done.stdout[-4000:] + done.stderr[-4000:]
+    assert done.returncode == 0, report
+    figure = r"2 blocks of 2 batches of 4: ms of CPU per message min [\d.]+, median [\d.]+"
+    assert re.search(figure, done.stdout), report
+    assert broker.llen("free") == 0
