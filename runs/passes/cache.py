@@ -25,6 +25,7 @@ from answer_cache.selectors import cache_policy_cached
 from answer_cache.services import CacheLookup, cache_lookup, cache_stash_embedding, cache_store, cache_take_embedding
 from chats.context import chat_system_prompt
 from chats.models import Chat, Message, MessageRole, Moderation
+from deployments.selection import deployment_by_id
 from generation.sampling import SamplingSpec
 from runs.models import PromptMode, Run
 from runs.passes import PassRecord, PromptFacts, PromptPlan, timed
@@ -136,7 +137,10 @@ def run_key_parts(run: Run) -> CacheKeyParts:
 
 
 def _key(run: Run) -> str:
-    return f"{run.deployment.name}@{run.deployment.version}" if run.deployment is not None else run.model
+    """The run's ``name@version`` from the process's deployments snapshot (its finish reads no deployment row), or
+    its model when it has no deployment."""
+    served = deployment_by_id(run.deployment_id)
+    return served.key if served is not None else run.model
 
 
 def _parts(
