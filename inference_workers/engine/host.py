@@ -12,7 +12,6 @@ import collections
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import Future
 from typing import Any, TypeVar
@@ -75,9 +74,11 @@ class EngineHost:
 
         ``hold_s()``, asked when a delta arrives after a wait, is how long the caller is content to leave the next
         ones waiting (its coalescer's time to the next flush; 0: hand it over now, a first token say): the thread
-        sleeps that long and then takes every delta that arrived meanwhile at once. A task thread then wakes once
-        per flush, not once per token: at GPU speeds, a wake-up per token per run (a futex, the GIL) was the
-        largest part of a worker's CPU per token (``bench/serving_ceiling.py``).
+        sleeps that long, or until the request ends or fails, and then takes every delta that arrived meanwhile at
+        once. The end is never held: a short answer's last tokens, and its run's end, do not wait out a flush
+        interval (up to ``STREAM_MAX_FLUSH_INTERVAL_S`` under load) after the engine is done. A task thread then
+        wakes once per flush, not once per token: at GPU speeds, a wake-up per token per run (a futex, the GIL) was
+        the largest part of a worker's CPU per token (``bench/serving_ceiling.py``).
 
         Raises :class:`EngineError` if the request fails, :class:`EngineDead` (an ``EngineError`` too) if the engine is
         dead (or dies meanwhile). Abandoning the iterator aborts the request.
@@ -85,11 +86,15 @@ class EngineHost:
         if self.dead is not None:
             raise EngineDead(self.dead)
         out: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        ended = threading.Event()
+        """Set with the last delta, an error or the end: a hold ends then, so the end is never held."""
 
         async def pump() -> None:
             try:
                 async for delta in self.engine.generate(request):
                     out.put(delta)
+                    if delta.finished:
+                        ended.set()
             except asyncio.CancelledError:
                 out.put(EngineError("generation was cancelled"))
                 raise
@@ -102,6 +107,7 @@ class EngineHost:
                 out.put(EngineError(f"{type(exc).__name__}: {exc}"))
             finally:
                 out.put(_END)
+                ended.set()
 
         future = self.submit(pump())
         taken: collections.deque[Any] = collections.deque()
@@ -116,7 +122,7 @@ class EngineHost:
                     hold = hold_s() if hold_s is not None else 0.0
                     first = taken[0]
                     if hold > 0 and isinstance(first, GenerationDelta) and not first.finished:  # else nothing follows
-                        time.sleep(hold)
+                        ended.wait(hold)  # the run's end (or an error) cuts the hold short
                     while True:  # what arrived meanwhile, in one go
                         try:
                             taken.append(out.get_nowait())

@@ -59,12 +59,28 @@ def test_a_caller_that_holds_wakes_once_per_hold_and_loses_nothing(host: EngineH
     assert held_wakes <= TOKENS // 4, held_wakes
 
 
-def test_the_end_and_errors_are_not_held(host: EngineHost) -> None:
+def test_a_lone_last_delta_is_not_held(host: EngineHost) -> None:
     request = GenerationRequest(request_id="short", prompt="Hi", max_tokens=1)
     started = time.monotonic()
     deltas, _ = _collect(host, request, 5.0)
     assert sum(d.new_tokens for d in deltas) == 1
     assert time.monotonic() - started < 5.0  # the one delta and the end arrive together: nothing to wait for
+
+
+def test_an_end_that_comes_during_a_hold_cuts_it_short(host: EngineHost) -> None:
+    """A short answer ends within a flush interval of its first token: its last tokens and the run's end are handed
+    over when the engine is done, not when the hold would have run out (up to 0.5 s under load)."""
+    sampling = SamplingSpec(temperature=0.0, ignore_eos=True)
+    request = GenerationRequest(request_id="ends-in-hold", prompt="Hi", max_tokens=4, sampling=sampling)
+    started = time.monotonic()
+    deltas, wakes = _collect(host, request, 5.0)  # 4 steps of 10 ms, well inside the first hold
+    assert sum(d.new_tokens for d in deltas) == 4 and deltas[-1].finish_reason == "length"
+    assert time.monotonic() - started < 2.0
+    assert wakes <= 2  # it still held: the first delta, then the rest at the end
+
+
+def test_errors_are_not_held(host: EngineHost) -> None:
+    request = GenerationRequest(request_id="short", prompt="Hi", max_tokens=1)
     host.dead = "gone"
     with pytest.raises(EngineError):
         next(iter(host.stream(request, hold_s=lambda: 5.0)))
