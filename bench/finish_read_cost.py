@@ -13,7 +13,6 @@ Postgres plans every statement afresh (Django's cursors bind on the client), so 
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 import time
@@ -36,15 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--database-url", required=True)
     parser.add_argument("--redis-url", required=True)
     args = parser.parse_args(argv)
-    os.environ.update(
-        DJANGO_SETTINGS_MODULE="chatproject.settings.base",
-        DATABASE_URL=args.database_url,
-        REDIS_URL=args.redis_url,
-        LOG_LEVEL="WARNING",
-    )
-    import django
+    from bench.lib.stack import setup_django
 
-    django.setup()
+    setup_django(DATABASE_URL=args.database_url, REDIS_URL=args.redis_url)
     from django.db import connection, transaction
 
     from runs.models import Run

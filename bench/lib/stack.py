@@ -41,6 +41,15 @@ def ensure_database(url: str) -> None:
     subprocess.run([PY, "manage.py", "prepare_model"], cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
 
 
+def setup_django(**urls: str) -> None:
+    """Django set up in this bench process on its own database and Redis (``DATABASE_URL=...``,
+    ``REDIS_URL=...``, ``CELERY_BROKER_URL=...``, those given), with the base settings and warnings-only logs."""
+    os.environ.update(DJANGO_SETTINGS_MODULE="chatproject.settings.base", LOG_LEVEL="WARNING", **urls)
+    import django
+
+    django.setup()
+
+
 def flush_redis(url: str) -> None:
     import redis
 

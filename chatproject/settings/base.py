@@ -117,6 +117,14 @@ if DB_POOL_MAX_SIZE > 0:
         "max_size": DB_POOL_MAX_SIZE,
         "timeout": DB_POOL_TIMEOUT_S,
     }
+# Values travel apart from the SQL, and a statement run DB_PREPARE_THRESHOLD times on a connection is prepared: Postgres
+# plans a hot statement once per pooled connection instead of once per run (Django's default binds on the client,
+# quoting every value into the text, so each statement is parsed and planned afresh: bench/run_path_cost.py). Off for
+# a pooler that cannot keep prepared statements (PgBouncer in transaction mode before 1.21).
+if env.bool("DB_SERVER_SIDE_BINDING", default=True):
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        server_side_binding=True, prepare_threshold=env.int("DB_PREPARE_THRESHOLD", default=5)
+    )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Seconds a web process keeps an API token's user (tier, limits) in memory (accounts/authentication.py; 0: off).
