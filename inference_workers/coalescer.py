@@ -141,16 +141,23 @@ class DeltaCoalescer:
         """Tokens not yet sent to the stream (an append on its way and failed counts again)."""
         return self._buffered
 
-    def add(self, text: str, tokens: int, logprobs: list[dict[str, Any]] | None = None) -> None:
-        if not text and not tokens:
-            return
-        entries = list(logprobs or []) if self.logprobs else []
-        self.parts.append(_Part(text, tokens, entries))
-        self._buffered += tokens
-        self.text_parts.append(text)
-        self.logprob_entries.extend(entries)
-        self.tokens += tokens
-        if self._holding_back():
+    def add(self, text: str, tokens: int, logprobs: list[dict[str, Any]] | None = None, *, flush: bool = True) -> None:
+        """Buffers one delta and flushes as :meth:`flush_when_due` says; ``flush=False``: buffers it alone (a caller
+        adding a batch of deltas flushes once after the last, so one flush carries the whole batch)."""
+        if text or tokens:
+            entries = list(logprobs or []) if self.logprobs else []
+            self.parts.append(_Part(text, tokens, entries))
+            self._buffered += tokens
+            self.text_parts.append(text)
+            self.logprob_entries.extend(entries)
+            self.tokens += tokens
+        if flush:
+            self.flush_when_due()
+
+    def flush_when_due(self) -> None:
+        """Flushes what is buffered when it should go: the first text at once, then every ``interval_s`` or
+        ``max_tokens`` tokens (in ``holdback`` mode, once a window is buffered)."""
+        if not self.parts or self._holding_back():
             return
         if self.flushes == 0 or self._buffered >= self.max_tokens:
             self.flush()

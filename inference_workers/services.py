@@ -296,24 +296,25 @@ class GenerationAttempt:
         self, coalescer: DeltaCoalescer, *, request: GenerationRequest, active: ActiveRun
     ) -> _Ended | None:
         """The engine's deltas into ``coalescer``, then drained to the stream; raises :class:`StreamLost`."""
+        host = self.runtime.host
         try:
-            for delta in self.runtime.host.stream(request, poll_s=coalescer.wait_s, hold_s=coalescer.hold_s):
-                if active.handoff_requested.is_set() and (delta is None or delta.finish_reason is None):
+            for batch in host.stream_batches(request, poll_s=coalescer.wait_s, hold_s=coalescer.hold_s):
+                if active.handoff_requested.is_set() and (batch is None or batch[-1].finish_reason is None):
                     # The worker drains past its deadline: what is in the coalescer goes to the stream (below) and
-                    # another worker goes on from there; this delta and what the engine still had are dropped (the
+                    # another worker goes on from there; these deltas and what the engine still had are dropped (the
                     # stream is the answer so far, and no client saw them).
-                    self.runtime.host.abort(request.request_id)
+                    host.abort(request.request_id)
                     self.handed_off = True
                     self.handoff_reason = active.handoff_reason
                     break
                 if active.cancel_requested.is_set() and time.monotonic() - self._last_abort > 0.5:
                     # An abort that reached the engine before the request did is a no-op: repeat it.
-                    self.runtime.host.abort(request.request_id)
+                    host.abort(request.request_id)
                     self._last_abort = time.monotonic()
-                if delta is None:
+                if batch is None:
                     coalescer.flush_if_due()
                     continue
-                self._take(delta, coalescer, request=request)
+                self._take(batch, coalescer, request=request)
         except EngineDead as exc:  # caught before EngineError, which it is
             # Not this run's fault: its lease is released (by generate_run) and the reaper requeues it on a live worker.
             logger.error(
@@ -342,21 +343,25 @@ class GenerationAttempt:
         self.handed_off = False
         logger.info("run %s: output flagged (%s); the answer is retracted", self.run_id, ", ".join(categories))
 
-    def _take(self, delta: GenerationDelta, coalescer: DeltaCoalescer, *, request: GenerationRequest) -> None:
-        """One engine delta: counted, handed to the coalescer, and the first token recorded."""
-        if delta.prompt_tokens is not None:
-            if self.resumed is None:
-                self.input_tokens = coalescer.prompt_tokens = delta.prompt_tokens
-            elif self.resumed.prompt_tokens is None:  # not in the stream: this prompt less the answer so far
-                self.input_tokens = max(0, delta.prompt_tokens - self.resumed.tokens)
-        first_token = self.output_tokens == 0 and delta.new_tokens > 0
-        self.output_tokens += delta.new_tokens
-        # The first text goes out before any bookkeeping.
-        coalescer.add(delta.text, delta.new_tokens, delta.logprobs)
-        if first_token:
-            self._first_token(delta, request=request)
-        if delta.finish_reason is not None:
-            self.finish_reason = EngineFinishReason(delta.finish_reason)
+    def _take(self, batch: list[GenerationDelta], coalescer: DeltaCoalescer, *, request: GenerationRequest) -> None:
+        """The engine deltas that arrived together: counted, handed to the coalescer, which flushes once after the
+        last of them (one flush carries them all), and the first token recorded."""
+        first: GenerationDelta | None = None
+        for delta in batch:
+            if delta.prompt_tokens is not None:
+                if self.resumed is None:
+                    self.input_tokens = coalescer.prompt_tokens = delta.prompt_tokens
+                elif self.resumed.prompt_tokens is None:  # not in the stream: this prompt less the answer so far
+                    self.input_tokens = max(0, delta.prompt_tokens - self.resumed.tokens)
+            if self.output_tokens == 0 and delta.new_tokens > 0:
+                first = delta
+            self.output_tokens += delta.new_tokens
+            coalescer.add(delta.text, delta.new_tokens, delta.logprobs, flush=False)
+            if delta.finish_reason is not None:
+                self.finish_reason = EngineFinishReason(delta.finish_reason)
+        coalescer.flush_when_due()
+        if first is not None:  # the first text goes out before any bookkeeping
+            self._first_token(first, request=request)
 
     def _first_token(self, delta: GenerationDelta, *, request: GenerationRequest) -> None:
         try:

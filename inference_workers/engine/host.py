@@ -8,11 +8,10 @@ feeds the same engine and concurrent runs share its continuous batches.
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import queue
 import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Generator, Iterator
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
@@ -69,16 +68,39 @@ class EngineHost:
         poll_s: Callable[[], float] | None = None,
         hold_s: Callable[[], float] | None = None,
     ) -> Iterator[GenerationDelta | None]:
-        """Deltas of one request for a synchronous caller; yields ``None`` whenever the wait ``poll_s()`` (asked
-        before each wait, so a caller with nothing buffered can sleep longer) passes idle; None: never.
+        """:meth:`stream_batches` one delta at a time: each delta of a batch, or ``None`` when a wait passed idle.
+        Abandoning the iterator aborts the request."""
+        batches = self.stream_batches(request, poll_s=poll_s, hold_s=hold_s)
+        try:
+            for batch in batches:
+                if batch is None:
+                    yield None
+                else:
+                    yield from batch
+        finally:
+            batches.close()
 
-        ``hold_s()``, asked when a delta arrives after a wait, is how long the caller is content to leave the next
-        ones waiting (its coalescer's time to the next flush; 0: hand it over now, a first token say): the thread
-        sleeps that long, or until the request ends or fails, and then takes every delta that arrived meanwhile at
-        once. The end is never held: a short answer's last tokens, and its run's end, do not wait out a flush
-        interval (up to ``STREAM_MAX_FLUSH_INTERVAL_S`` under load) after the engine is done. A task thread then
-        wakes once per flush, not once per token: at GPU speeds, a wake-up per token per run (a futex, the GIL) was
-        the largest part of a worker's CPU per token (``bench/serving_ceiling.py``).
+    def stream_batches(
+        self,
+        request: GenerationRequest,
+        *,
+        poll_s: Callable[[], float] | None = None,
+        hold_s: Callable[[], float] | None = None,
+    ) -> Generator[list[GenerationDelta] | None, None, None]:
+        """Deltas of one request for a synchronous caller, in batches: every delta that arrived while the caller
+        waited, in order, at once. Yields ``None`` whenever the wait ``poll_s()`` (asked before each wait, so a caller
+        with nothing buffered can sleep longer) passes idle; None: never.
+
+        ``hold_s()`` is how long the caller is content to leave new deltas waiting (its coalescer's time to the next
+        flush; 0: hand them over now, a first token say). It is asked before each wait: the thread first sleeps that
+        long, then takes whatever arrived meanwhile; and when a delta ends a wait for one, the thread sleeps until
+        then before it takes the rest. Either sleep ends with the request (its last delta, an error, the end), so the
+        end is never held: a short answer's last tokens, and its run's end, do not wait out a flush interval (up to
+        ``STREAM_MAX_FLUSH_INTERVAL_S`` under load) after the engine is done. A task thread then wakes once per
+        flush, not once per token, nor twice per flush (once for the delta, once more when its hold ends): at GPU
+        speeds, each wake-up of a thread per run (a futex, the GIL) is a large part of a worker's CPU per token
+        (``bench/serving_ceiling.py``). A caller that writes a batch at once (not delta by delta) sends every delta
+        it was held for in one flush.
 
         Raises :class:`EngineError` if the request fails, :class:`EngineDead` (an ``EngineError`` too) if the engine is
         dead (or dies meanwhile). Abandoning the iterator aborts the request.
@@ -109,31 +131,46 @@ class EngineHost:
                 out.put(_END)
                 ended.set()
 
+        def hold() -> float:
+            return hold_s() if hold_s is not None else 0.0
+
+        def take_waiting(into: list[Any]) -> None:
+            while True:
+                try:
+                    into.append(out.get_nowait())
+                except queue.Empty:
+                    return
+
         future = self.submit(pump())
-        taken: collections.deque[Any] = collections.deque()
         try:
             while True:
+                taken: list[Any] = []
+                held = hold()
+                if held > 0 and not ended.is_set():
+                    ended.wait(held)  # to the caller's next flush first: what arrives meanwhile goes in one batch
+                take_waiting(taken)
                 if not taken:
                     try:
                         taken.append(out.get(timeout=poll_s() if poll_s is not None else None))
                     except queue.Empty:
                         yield None
                         continue
-                    hold = hold_s() if hold_s is not None else 0.0
                     first = taken[0]
-                    if hold > 0 and isinstance(first, GenerationDelta) and not first.finished:  # else nothing follows
-                        ended.wait(hold)  # the run's end (or an error) cuts the hold short
-                    while True:  # what arrived meanwhile, in one go
-                        try:
-                            taken.append(out.get_nowait())
-                        except queue.Empty:
-                            break
-                item = taken.popleft()
-                if item is _END:
-                    return
-                if isinstance(item, EngineError):
-                    raise item
-                yield item
+                    held = hold()
+                    if held > 0 and isinstance(first, GenerationDelta) and not first.finished:  # else nothing follows
+                        ended.wait(held)
+                    take_waiting(taken)
+                deltas: list[GenerationDelta] = []
+                for item in taken:
+                    if isinstance(item, GenerationDelta):
+                        deltas.append(item)
+                        continue
+                    if deltas:  # what came before the end or the error
+                        yield deltas
+                    if isinstance(item, EngineError):
+                        raise item
+                    return  # _END
+                yield deltas
         finally:
             if not future.done():
                 # The caller stopped early (an exception in the task thread): free the engine slot.

@@ -71,18 +71,20 @@ def second_runtime() -> Iterator[WorkerRuntime]:
 
 def _die_after(runtime: WorkerRuntime, monkeypatch: pytest.MonkeyPatch, deltas: int) -> None:
     """The runtime's engine dies after ``deltas`` deltas of the next request (a crash mid-answer)."""
-    real_stream = runtime.host.stream
+    real_batches = runtime.host.stream_batches
 
-    def dying_stream(request: GenerationRequest, **kwargs: Any) -> Iterator[GenerationDelta | None]:
+    def dying_batches(request: GenerationRequest, **kwargs: Any) -> Iterator[list[GenerationDelta] | None]:
         seen = 0
-        for delta in real_stream(request, **kwargs):
-            if delta is not None:
-                if seen == deltas:
-                    raise EngineDead("the engine process was killed (simulated)")
-                seen += 1
-            yield delta
+        for batch in real_batches(request, **kwargs):
+            if batch is None:
+                yield None
+                continue
+            yield batch[: deltas - seen]
+            seen += min(len(batch), deltas - seen)
+            if seen == deltas:  # asked for more: it dies, whatever the engine had made meanwhile
+                raise EngineDead("the engine process was killed (simulated)")
 
-    monkeypatch.setattr(runtime.host, "stream", dying_stream)
+    monkeypatch.setattr(runtime.host, "stream_batches", dying_batches)
 
 
 def _deltas(entries: list[StreamEntry]) -> list[StreamEntry]:

@@ -84,3 +84,19 @@ def test_errors_are_not_held(host: EngineHost) -> None:
     host.dead = "gone"
     with pytest.raises(EngineError):
         next(iter(host.stream(request, hold_s=lambda: 5.0)))
+
+
+def test_a_held_thread_takes_what_arrived_in_one_batch_and_sleeps_before_it_waits(host: EngineHost) -> None:
+    """After its first delta the thread sleeps to the caller's next flush before it waits for more, so each wake
+    hands over a batch: 40 steps of 10 ms held 100 ms at a time come in a handful of batches, not 40."""
+    holds: list[float] = []
+
+    def hold_s() -> float:
+        holds.append(time.monotonic())
+        return 0.0 if len(holds) == 1 else 0.1  # the first token at once, as a coalescer's first flush
+
+    batches = [b for b in host.stream_batches(_request("batched"), poll_s=lambda: 1.0, hold_s=hold_s) if b]
+    assert sum(d.new_tokens for batch in batches for d in batch) == TOKENS
+    assert batches[-1][-1].finish_reason == "length"
+    assert len(batches) <= TOKENS // 4, [len(b) for b in batches]
+    assert max(len(b) for b in batches) >= 5

@@ -256,3 +256,27 @@ def test_cancel_signalled_before_generation_starts_ends_cancelled_without_text(
     assert run.status == RunStatus.CANCELLED and run.output_tokens == 0 and run.assistant_message is None
     assert stream_of(run)[-1].data["status"] == "cancelled"
     assert not clean_redis.exists(cancel_key(run.pk))
+
+
+def test_the_deltas_a_thread_was_held_for_go_out_in_one_flush(
+    sim_runtime: WorkerRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine host hands a task thread every delta that arrived while it slept to its next flush, at once; the
+    coalescer writes them all in that flush (delta by delta, the first one alone went out then and the rest waited
+    out another flush interval)."""
+    from generation.result import EngineFinishReason
+    from inference_workers import services
+    from inference_workers.engine.base import GenerationDelta
+
+    def batches(request: GenerationRequest, **kwargs: Any) -> Any:
+        yield [GenerationDelta(text="A", new_tokens=1, prompt_tokens=9)]
+        yield [GenerationDelta(text=f" {n}", new_tokens=1) for n in range(5)]  # what came during a hold
+        yield [GenerationDelta(text=".", new_tokens=1, finish_reason=EngineFinishReason.STOP)]
+
+    monkeypatch.setattr(sim_runtime.host, "stream_batches", batches)
+    monkeypatch.setattr(services, "current_flush_interval", lambda: 0.0)  # every flush is due at once
+    run = RunFactory.create(max_tokens=16)
+    assert generate_run(run_id=run.pk, runtime=sim_runtime) == RunStatus.DONE
+    deltas = [entry.data for entry in stream_of(run) if entry.event == StreamEvent.DELTA]
+    assert [d["tokens"] for d in deltas] == [1, 5, 1]
+    assert "".join(d["text"] for d in deltas) == "A 0 1 2 3 4."
