@@ -91,16 +91,14 @@ class EngineHost:
         waited, in order, at once. Yields ``None`` whenever the wait ``poll_s()`` (asked before each wait, so a caller
         with nothing buffered can sleep longer) passes idle; None: never.
 
-        ``hold_s()`` is how long the caller is content to leave new deltas waiting (its coalescer's time to the next
-        flush; 0: hand them over now, a first token say). It is asked before each wait: the thread first sleeps that
-        long, then takes whatever arrived meanwhile; and when a delta ends a wait for one, the thread sleeps until
-        then before it takes the rest. Either sleep ends with the request (its last delta, an error, the end), so the
-        end is never held: a short answer's last tokens, and its run's end, do not wait out a flush interval (up to
-        ``STREAM_MAX_FLUSH_INTERVAL_S`` under load) after the engine is done. A task thread then wakes once per
-        flush, not once per token, nor twice per flush (once for the delta, once more when its hold ends): at GPU
-        speeds, each wake-up of a thread per run (a futex, the GIL) is a large part of a worker's CPU per token
-        (``bench/serving_ceiling.py``). A caller that writes a batch at once (not delta by delta) sends every delta
-        it was held for in one flush.
+        ``hold_s()``, asked when a delta arrives after a wait, is how long the caller is content to leave the next
+        ones waiting (its coalescer's time to the next flush; 0: hand it over now, a first token say): the thread
+        sleeps that long, or until the request ends or fails, and then takes every delta that arrived meanwhile as
+        one batch. The end is never held: a short answer's last tokens, and its run's end, do not wait out a flush
+        interval (up to ``STREAM_MAX_FLUSH_INTERVAL_S`` under load) after the engine is done. A task thread then
+        wakes once per flush, not once per token: at GPU speeds, a wake-up per token per run (a futex, the GIL) was
+        the largest part of a worker's CPU per token (``bench/serving_ceiling.py``). A caller that writes a batch at
+        once (not delta by delta) sends every delta it was held for in one flush.
 
         Raises :class:`EngineError` if the request fails, :class:`EngineDead` (an ``EngineError`` too) if the engine is
         dead (or dies meanwhile). Abandoning the iterator aborts the request.
@@ -131,9 +129,6 @@ class EngineHost:
                 out.put(_END)
                 ended.set()
 
-        def hold() -> float:
-            return hold_s() if hold_s is not None else 0.0
-
         def take_waiting(into: list[Any]) -> None:
             while True:
                 try:
@@ -145,21 +140,16 @@ class EngineHost:
         try:
             while True:
                 taken: list[Any] = []
-                held = hold()
-                if held > 0 and not ended.is_set():
-                    ended.wait(held)  # to the caller's next flush first: what arrives meanwhile goes in one batch
+                try:
+                    taken.append(out.get(timeout=poll_s() if poll_s is not None else None))
+                except queue.Empty:
+                    yield None
+                    continue
+                first = taken[0]
+                held = hold_s() if hold_s is not None else 0.0
+                if held > 0 and isinstance(first, GenerationDelta) and not first.finished:  # else nothing follows
+                    ended.wait(held)  # the run's end (or an error) cuts the hold short
                 take_waiting(taken)
-                if not taken:
-                    try:
-                        taken.append(out.get(timeout=poll_s() if poll_s is not None else None))
-                    except queue.Empty:
-                        yield None
-                        continue
-                    first = taken[0]
-                    held = hold()
-                    if held > 0 and isinstance(first, GenerationDelta) and not first.finished:  # else nothing follows
-                        ended.wait(held)
-                    take_waiting(taken)
                 deltas: list[GenerationDelta] = []
                 for item in taken:
                     if isinstance(item, GenerationDelta):

@@ -86,9 +86,9 @@ def test_errors_are_not_held(host: EngineHost) -> None:
         next(iter(host.stream(request, hold_s=lambda: 5.0)))
 
 
-def test_a_held_thread_takes_what_arrived_in_one_batch_and_sleeps_before_it_waits(host: EngineHost) -> None:
-    """After its first delta the thread sleeps to the caller's next flush before it waits for more, so each wake
-    hands over a batch: 40 steps of 10 ms held 100 ms at a time come in a handful of batches, not 40."""
+def test_a_held_thread_takes_what_arrived_meanwhile_in_one_batch(host: EngineHost) -> None:
+    """Each wake after a hold hands over what arrived meanwhile as one batch: 40 steps of 10 ms held 100 ms at a
+    time come in a handful of batches, not 40."""
     holds: list[float] = []
 
     def hold_s() -> float:
