@@ -15,6 +15,8 @@ The second change: every Sentinel is a transport option (``sentinels``) and the 
 ``sentinel://a;sentinel://b;...``. kombu treats those as failover alternates and ``Connection.switch``es to the
 next on every error, closing the transport the same way; with one URL the connection reconnects in place, and
 the pool asks every Sentinel for the current primary.
+
+Like the plain transport (``core.celery_redis``), the channel builds its synchronous client once per pool.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ from kombu.transport import redis as kombu_redis
 from redis import Redis
 from redis.sentinel import Sentinel
 
+from core.celery_redis import ReusedClientChannel
 
-class SentinelChannel(kombu_redis.SentinelChannel):  # type: ignore[misc]
+
+class SentinelChannel(ReusedClientChannel, kombu_redis.SentinelChannel):  # type: ignore[misc]
     from_transport_options = (*kombu_redis.SentinelChannel.from_transport_options, "sentinels")  # type: ignore[assignment]
 
     sentinels: list[tuple[str, int]] | None = None

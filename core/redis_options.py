@@ -53,9 +53,16 @@ def broker_url(url: str, config: RedisConnectionConfig) -> str:
     return f"sentinel://{auth}{host}:{port}{parts.path}"
 
 
-def broker_transport(config: RedisConnectionConfig) -> str | None:
-    """Celery's ``broker_transport``: :data:`SENTINEL_TRANSPORT` under Sentinel, else None (the URL's scheme)."""
-    return SENTINEL_TRANSPORT if config.uses_sentinel else None
+REDIS_TRANSPORT = "core.celery_redis:Transport"
+"""Celery's broker transport without Sentinel: kombu's Redis transport, one client object per channel."""
+
+
+def broker_transport(config: RedisConnectionConfig, url: str = "") -> str | None:
+    """Celery's ``broker_transport``: :data:`SENTINEL_TRANSPORT` under Sentinel; :data:`REDIS_TRANSPORT` for a
+    ``redis://`` or ``rediss://`` broker ``url`` (TLS comes from ``broker_use_ssl``); else None (the URL's scheme)."""
+    if config.uses_sentinel:
+        return SENTINEL_TRANSPORT
+    return REDIS_TRANSPORT if url.startswith(("redis://", "rediss://")) else None
 
 
 def broker_transport_options(

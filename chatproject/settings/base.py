@@ -137,7 +137,7 @@ REDIS_CONNECTION = redis_connection_config_from_env()
 _BROKER_REDIS_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)
 CELERY_BROKER_URL = broker_url(_BROKER_REDIS_URL, REDIS_CONNECTION)
 CELERY_BROKER_USE_SSL = broker_use_ssl(_BROKER_REDIS_URL, REDIS_CONNECTION)
-CELERY_BROKER_TRANSPORT = broker_transport(REDIS_CONNECTION)
+CELERY_BROKER_TRANSPORT = broker_transport(REDIS_CONNECTION, _BROKER_REDIS_URL)
 # Celery takes CELERY_BROKER_URL from the environment over this module (the raw URL, not the Sentinel one); its
 # read and write URLs come before both, so every connection of the app uses the derived one.
 CELERY_BROKER_READ_URL = CELERY_BROKER_WRITE_URL = CELERY_BROKER_URL
