@@ -247,6 +247,22 @@ class WorkerRuntime:
         except Exception:  # the run has ended either way; the loop's next beat says the same
             logger.warning("heartbeat after a run failed", exc_info=True)
 
+    def end_run(self, run_id: int) -> None:
+        """A run's attempt is over on this worker: its lease back (:meth:`release`) and the heartbeat after it
+        (:meth:`beat_after_run`), in one round trip. Never raises: a lease Redis did not release expires by itself
+        within ``heartbeat_ttl_s``, and the loop's next beat says what this one would have."""
+        if self._stop.is_set() or self.host.dead is not None:
+            self.release(run_id)
+            return
+        try:
+            with self._beat_lock:
+                self._beat(leases=False, release=run_id)
+        except redis.RedisError as exc:
+            logger.warning("run %s: could not release its lease and beat (%s); it expires by itself", run_id, exc)
+        except Exception:  # before anything was sent (the engine's figures): the lease alone, as without a beat
+            logger.warning("heartbeat after a run failed", exc_info=True)
+            self.release(run_id)
+
     def beat(self, *, leases: bool = True) -> None:
         """Writes the heartbeat and refreshes the leases of the runs in progress (thread-safe: the heartbeat
         thread and task threads whose run ended call it). ``leases=False``: the heartbeat alone, for the beat
@@ -299,7 +315,8 @@ class WorkerRuntime:
                 logger.info("run %s: the drain deadline passed; handing it on", run.run_id)
                 run.handoff_requested.set()
 
-    def _beat(self, *, leases: bool = True) -> None:
+    def _beat(self, *, leases: bool = True, release: int | None = None) -> None:
+        """``release``: a run whose lease goes back in the same round trip (:meth:`end_run`)."""
         stats = self.host.stats()
         engine = self.host.engine
         ttl = self.worker_config.heartbeat_ttl_s
@@ -322,6 +339,8 @@ class WorkerRuntime:
         )
         snapshot = self._engine_metrics_due(deployment=self.deployment or engine.model_name) if leases else None
         pipe = self.client.pipeline(transaction=False)
+        if release is not None:
+            pipe.eval(_RELEASE_LEASE, 1, run_lease_key(release), self.lease_value)
         write_heartbeat(beat, ttl_s=ttl, client=pipe)
         seen = (beat.running, beat.waiting, beat.active_runs, str(beat.state))
         if seen != self._last_seen:

@@ -49,7 +49,7 @@ from runs.lifecycle import run_fail, run_finish, run_handoff, run_mark_first_tok
 from runs.lifecycle_log import RunStep, log_run_step, seconds_between
 from runs.models import Recovery, Run, RunStatus
 from runs.streaming.batch import stream_batcher
-from runs.streaming.contract import RunStreamWriter, StreamedAnswer, StreamEvent, streamed_answer
+from runs.streaming.contract import RunStreamWriter, StreamedAnswer, StreamEvent, answer_in, read_after
 from runs.streaming.load import current_flush_interval
 
 logger = logging.getLogger(__name__)
@@ -110,8 +110,7 @@ def generate_run(*, run_id: int, runtime: WorkerRuntime, engine_priority: int | 
     try:
         return GenerationAttempt(run_id=run_id, runtime=runtime, engine_priority=engine_priority).generate()
     finally:
-        runtime.release(run_id)
-        runtime.beat_after_run()  # its slot is free now: the dispatcher need not wait for the next heartbeat
+        runtime.end_run(run_id)  # the lease back, and a heartbeat: its slot is free now
 
 
 @dataclass(frozen=True)
@@ -134,7 +133,15 @@ class GenerationAttempt:
         self.run_id = run_id
         self.runtime = runtime
         self.engine_priority = engine_priority
-        self.writer = RunStreamWriter(run_id, batcher=stream_batcher() if settings.STREAMS.batched_writes else None)
+        # One round trip: where this attempt numbers its events from, and what the earlier ones streamed.
+        entries = read_after(run_id, 0)
+        self.writer = RunStreamWriter(
+            run_id,
+            seq=entries[-1].seq if entries else 0,
+            batcher=stream_batcher() if settings.STREAMS.batched_writes else None,
+        )
+        self.streamed = answer_in(entries) if entries else None
+        """What the run's stream showed before this attempt (None: it held no event); :meth:`open` reads it."""
         self.run: Run
         """The run as :meth:`open` claimed it."""
         self.attempt = 0
@@ -199,7 +206,7 @@ class GenerationAttempt:
         status, nothing written), or when the earlier attempts' answer used up ``max_tokens`` (the run is finished
         ``length`` with it). Nothing is registered with the runtime yet: only the lease, the caller's, is held.
         """
-        streamed = streamed_answer(self.run_id, client=self.writer.client) if self.writer.seq > 0 else None
+        streamed = self.streamed
         run, changed = _with_db_retry(
             lambda: run_mark_streaming(run_id=self.run_id, worker=self.runtime.worker_name, streamed=streamed),
             run_id=self.run_id,

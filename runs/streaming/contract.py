@@ -104,7 +104,12 @@ class StreamedAnswer:
 
 def streamed_answer(run_id: int, *, client: redis.Redis | None = None) -> StreamedAnswer:
     """The answer the run's stream shows now (one round trip); an empty answer when the stream holds none."""
-    entries = read_after(run_id, 0, client=client)
+    return answer_in(read_after(run_id, 0, client=client))
+
+
+def answer_in(entries: list[StreamEntry]) -> StreamedAnswer:
+    """The answer a run's whole stream shows (``entries``: every entry still buffered, as :func:`read_after` from 0
+    returns them); an empty answer when they hold none."""
     resets = [i for i, entry in enumerate(entries) if entry.event == StreamEvent.RESET]
     start = resets[-1] + 1 if resets else 0
     intact = bool(resets) or not entries or entries[0].seq == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -207,3 +208,43 @@ def test_the_beat_after_a_run_is_the_heartbeat_alone_and_the_regular_beat_keeps_
     finally:
         sim_runtime.unregister(999_001)
         client.delete(run_lease_key(999_001), WAKE_KEY)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_runs_lease_goes_back_with_the_heartbeat_after_it_in_one_round_trip(
+    sim_runtime: WorkerRuntime, monkeypatch: pytest.MonkeyPatch, redis_round_trips: Callable[[], list[str]]
+) -> None:
+    client = get_redis()
+    assert sim_runtime.claim(999_002)
+    other = "another-worker"
+    client.set(run_lease_key(999_003), other)  # a lease this worker does not hold stays
+    client.delete(WAKE_KEY)
+    with monkeypatch.context() as patch:  # the last beat saw a run in the engine: this one wakes the dispatcher
+        patch.setattr(sim_runtime.host, "stats", lambda: EngineStats(running=1))
+        sim_runtime.beat()
+    client.delete(WAKE_KEY)
+    [earlier] = [b for b in worker_heartbeats() if b.worker == sim_runtime.worker_name]
+    before = earlier.updated_at
+    sent = redis_round_trips()
+    sim_runtime.end_run(999_002)
+    sim_runtime.end_run(999_003)
+    assert len(sent) == 2 and all(trip.startswith("EVAL SET") for trip in sent), sent
+    assert client.exists(run_lease_key(999_002)) == 0
+    assert client.get(run_lease_key(999_003)) == other
+    [after] = [b for b in worker_heartbeats() if b.worker == sim_runtime.worker_name]
+    assert after.updated_at > before and client.llen(WAKE_KEY) == 1
+    client.delete(run_lease_key(999_003), WAKE_KEY)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_runs_lease_goes_back_when_the_beat_after_it_cannot_be_built(
+    sim_runtime: WorkerRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert sim_runtime.claim(999_004)
+
+    def broken() -> EngineStats:
+        raise RuntimeError("no figures")
+
+    monkeypatch.setattr(sim_runtime.host, "stats", broken)
+    sim_runtime.end_run(999_004)
+    assert get_redis().exists(run_lease_key(999_004)) == 0

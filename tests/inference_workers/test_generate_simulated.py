@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Callable
 from typing import Any, cast
 
 import pytest
@@ -280,3 +281,30 @@ def test_the_deltas_a_thread_was_held_for_go_out_in_one_flush(
     deltas = [entry.data for entry in stream_of(run) if entry.event == StreamEvent.DELTA]
     assert [d["tokens"] for d in deltas] == [1, 5, 1]
     assert "".join(d["text"] for d in deltas) == "A 0 1 2 3 4."
+
+
+def test_an_attempt_reads_its_runs_stream_once_before_the_claim(
+    sim_runtime: WorkerRuntime, monkeypatch: pytest.MonkeyPatch, redis_round_trips: Callable[[], list[str]]
+) -> None:
+    """The stream's last id (where this attempt numbers from) and what it shows (an answer to continue from, or
+    none: a queued run's stream holds only the dispatcher's positions) come from one read: the lease, then that."""
+    from inference_workers import services
+
+    run = RunFactory.create(max_tokens=4)
+    RunStreamWriter(run.pk).append(StreamEvent.STATUS, {"status": RunStatus.QUEUED, "position": 1})
+    before_claim: list[str] = []
+    claim = services.run_mark_streaming
+
+    def counted_claim(**kwargs: Any) -> Any:
+        before_claim.extend(sent)
+        return claim(**kwargs)
+
+    monkeypatch.setattr(services, "run_mark_streaming", counted_claim)
+    sent = redis_round_trips()
+    assert generate_run(run_id=run.pk, runtime=sim_runtime) == RunStatus.DONE
+    assert before_claim == ["SET", "XRANGE"], before_claim
+    events = stream_of(run)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))  # numbered on from the queued event
+    assert events[1].event == StreamEvent.STATUS and events[1].data["status"] == RunStatus.STREAMING
+    run.refresh_from_db()
+    assert run.recovery == Recovery.NONE  # the positions are no answer
