@@ -282,10 +282,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def prepare(args: argparse.Namespace) -> None:
-    """This process set up for ``args``' stack: its environment (the stand-in engine's too, for the children), the
-    database created and migrated, both Redis databases flushed, Django, the default tiers and the moderation
-    passes of ``--moderation``."""
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     os.environ.update(
         DJANGO_SETTINGS_MODULE="chatproject.settings.base",
         DATABASE_URL=args.database_url,
@@ -300,18 +298,13 @@ def prepare(args: argparse.Namespace) -> None:
     import django
 
     django.setup()
+    from django.conf import settings
+
     from accounts.models import Tier
     from accounts.tier_defaults import seed_default_tiers
 
     seed_default_tiers(Tier)
     set_moderation(on=args.moderation == "on")
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    prepare(args)
-    from django.conf import settings
-
     args.tokenizer = settings.ENGINE.model_path
     logs = ROOT / "artifacts"
     results = logs / "ceiling-serve"
