@@ -236,21 +236,13 @@ class WorkerRuntime:
 
     # background threads
 
-    def beat_after_run(self) -> None:
-        """A heartbeat now, outside the loop: a run has just left the engine, and until the next beat (up to
-        ``heartbeat_interval_s`` away) the dispatcher's gate would count its slot as taken. Never raises.
-        Nothing once the worker stops or its engine died: a worker that no longer advertises itself stays so."""
-        if self._stop.is_set() or self.host.dead is not None:
-            return
-        try:
-            self.beat(leases=False)
-        except Exception:  # the run has ended either way; the loop's next beat says the same
-            logger.warning("heartbeat after a run failed", exc_info=True)
-
     def end_run(self, run_id: int) -> None:
-        """A run's attempt is over on this worker: its lease back (:meth:`release`) and the heartbeat after it
-        (:meth:`beat_after_run`), in one round trip. Never raises: a lease Redis did not release expires by itself
-        within ``heartbeat_ttl_s``, and the loop's next beat says what this one would have."""
+        """A run's attempt is over on this worker: its lease back (:meth:`release`) and, in the same round trip, a
+        heartbeat outside the loop: the run has just left the engine, and until the next beat (up to
+        ``heartbeat_interval_s`` away) the dispatcher's gate would count its slot as taken. No heartbeat once the
+        worker stops or its engine died (a worker that no longer advertises itself stays so). Never raises: a lease
+        Redis did not release expires by itself within ``heartbeat_ttl_s``, and the loop's next beat says what this
+        one would have."""
         if self._stop.is_set() or self.host.dead is not None:
             self.release(run_id)
             return

@@ -199,7 +199,7 @@ def test_the_beat_after_a_run_is_the_heartbeat_alone_and_the_regular_beat_keeps_
     try:
         client.set(run_lease_key(999_001), sim_runtime.lease_value, ex=2)
         client.delete(WAKE_KEY)
-        sim_runtime.beat_after_run()
+        sim_runtime.end_run(999_005)  # a run that ended here
         assert 0 < client.ttl(run_lease_key(999_001)) <= 2  # not refreshed
         [beat] = [b for b in worker_heartbeats() if b.worker == sim_runtime.worker_name]
         assert beat.active_runs == 1 and client.llen(WAKE_KEY) == 1  # the heartbeat itself went out
