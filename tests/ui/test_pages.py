@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, Route, expect
 
 from accounts.models import UserLimitOverride
 from chats.models import Chat, Message, MessageRole
@@ -233,6 +233,34 @@ def test_phone_layout_sidebar_is_a_drawer(browser, live_stack, login, screenshot
         expect(page.locator("#chat-title")).to_have_text("on the phone")
     finally:
         context.close()
+
+
+def test_a_prompt_sent_while_the_history_loads_is_shown_once(page: Page, login) -> None:
+    """The history's read is answered after the prompt sent meanwhile was stored, so the page holds the prompt too:
+    its bubble is not added a second time (a keyboard user who opened a chat and sent at once saw it twice)."""
+    user = UserFactory.create()
+    chat = ChatFactory.create(owner=user, title="earlier")
+    MessageFactory.create(chat=chat, role=MessageRole.USER, content="an earlier prompt")
+    login(user)
+    held: list[Route] = []
+    history = re.compile(rf".*/api/chats/{chat.pk}/messages\?.*")  # the GET alone: the POST has no query
+
+    def hold(route: Route) -> None:
+        held.append(route)
+
+    page.route(history, hold)
+    page.goto(f"/c/{chat.pk}")
+    page.wait_for_function("() => document.querySelector('#chat-title')?.textContent === 'earlier'")
+    expect(page.get_by_role("textbox", name="Message")).to_be_editable()
+    page.get_by_role("textbox", name="Message").fill("sent at once")
+    page.keyboard.press("Enter")
+    expect(page.get_by_text("sent at once")).to_have_count(1)  # the accepted prompt, appended
+    assert Message.objects.filter(chat=chat, content="sent at once").exists()
+    assert held, "the history's read was not held"
+    for route in held:
+        route.continue_()  # answered now: its page holds the new prompt
+    page.unroute(history, hold)
+    expect(page.locator(".message-user .message-body")).to_have_text(["an earlier prompt", "sent at once"])
 
 
 def _fake_stream(page: Page, body: str) -> None:

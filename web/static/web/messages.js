@@ -176,7 +176,11 @@ export class MessageList {
     // Prepend older messages without moving what the reader is looking at.
     const box = this.box;
     const fromBottom = box.scrollHeight - box.scrollTop;
-    const nodes = page.results.slice().reverse().map((message) => this.build(message));
+    // A page read before a prompt was sent can be answered after it was stored: its bubble is already shown.
+    const shown = new Set(Array.from(this.list.children, (li) => li.dataset.messageId).filter(Boolean));
+    const nodes = page.results.slice().reverse()
+      .filter((message) => !shown.has(String(message.id)))
+      .map((message) => this.build(message));
     this.list.prepend(...nodes);
     this.actions?.refreshLast();
     box.scrollTop = box.scrollHeight - fromBottom;
