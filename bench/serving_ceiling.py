@@ -36,14 +36,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import signal
-import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,16 +48,10 @@ sys.path.insert(0, str(ROOT))
 
 from bench.lib import proc_cpu  # noqa: E402
 from bench.lib.serve_client import LevelResult, ServeTarget, run_level  # noqa: E402
-from bench.lib.stack import PY, ensure_database, flush_redis, high_limits_user, set_moderation, spawn  # noqa: E402
+from bench.lib.stack import high_limits_user  # noqa: E402
+from bench.lib.stand_in_stack import StandInConfig, prepare, start_stack, stop_stack  # noqa: E402
 
 OUR_PROCESSES = ("web", "worker", "dispatcher", "redis-server", "postgres (cluster)")
-
-
-@dataclass
-class Stack:
-    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
-    meters: dict[str, Callable[[], float]] = field(default_factory=dict)
-    base_url: str = ""
 
 
 @dataclass
@@ -70,73 +61,15 @@ class Level:
     wall_s: float
 
 
-def stand_in_env(args: argparse.Namespace) -> dict[str, str]:
-    """The stand-in engine in a GPU's shape: ``slots`` sequences at ``rate`` tokens/s each, free prefill."""
-    return {
-        "ENGINE_BACKEND": "simulated",
-        "ENGINE_MAX_NUM_SEQS": str(args.slots),
-        "ENGINE_MAX_MODEL_LEN": "4096",
-        "SIM_STEP_BASE_S": str(1 / args.rate),
-        "SIM_STEP_PER_SEQ_S": "0",
-        "SIM_PREFILL_PER_TOKEN_S": "0",
-    }
-
-
-def start_stack(args: argparse.Namespace, logs: Path) -> Stack:
-    from bench.lib.processes import celery_worker_argv, child_env, free_port, wait_http, wait_worker_heartbeat
-
-    env = child_env(
-        DJANGO_SETTINGS_MODULE="chatproject.settings.base",
-        DATABASE_URL=args.database_url,
-        REDIS_URL=args.redis_url,
-        CELERY_BROKER_URL=args.broker_url,
-        LOG_LEVEL="WARNING",
-        CHAT_AFFINITY="false",
-        WORKER_METRICS_PORT="0",
-        **stand_in_env(args),
+def stack_config(args: argparse.Namespace) -> StandInConfig:
+    return StandInConfig(
+        database_url=args.database_url,
+        redis_url=args.redis_url,
+        broker_url=args.broker_url,
+        slots=args.slots,
+        rate=args.rate,
+        moderation=args.moderation == "on",
     )
-    port = free_port()
-    web_cmd = [
-        *(str(ROOT / ".venv" / "bin" / "uvicorn"), "chatproject.asgi:application", "--host", "127.0.0.1"),
-        *("--port", str(port), "--no-access-log", "--log-level", "warning"),
-    ]
-    web = spawn(web_cmd, env, logs / "ceiling-web.log")
-    dispatcher = spawn([PY, "manage.py", "run_dispatcher"], env, logs / "ceiling-dispatcher.log")
-    name = f"ceiling-{uuid.uuid4().hex[:6]}@bench"
-    worker = spawn(celery_worker_argv(name=name, concurrency=args.slots, events=True), env, logs / "ceiling-worker.log")
-    stack = Stack(procs=[web, dispatcher, worker], base_url=f"http://127.0.0.1:{port}")
-    wait_http(f"{stack.base_url}/healthz", web, timeout_s=300, what=f"the web process (log: {logs}/ceiling-web.log)")
-    wait_worker_heartbeat(name, worker, timeout_s=300, what=f"the worker (log: {logs}/ceiling-worker.log)")
-    if dispatcher.poll() is not None:
-        raise SystemExit(f"the dispatcher exited; see {logs / 'ceiling-dispatcher.log'}")
-    stack.meters = {
-        "web": proc_cpu.own_seconds(web.pid),
-        "worker": proc_cpu.own_seconds(worker.pid),
-        "dispatcher": proc_cpu.own_seconds(dispatcher.pid),
-        "redis-server": proc_cpu.named_seconds("redis-server"),
-        "postgres (cluster)": proc_cpu.named_seconds("postgres", with_reaped=True),
-        "client": client_seconds,
-    }
-    return stack
-
-
-def client_seconds() -> float:
-    """vLLM's benchmark client (a child ``python -c`` process that imports ``vllm.benchmarks.serve``): its CPU while
-    it lives, plus every reaped child's, so a window that ends after it exited still counts its whole share."""
-    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
-    live = sum(
-        s.own_s
-        for s in proc_cpu.all_stats()
-        if s.comm.startswith("python") and "vllm.benchmarks" in proc_cpu.cmdline(s.pid)
-    )
-    return reaped.ru_utime + reaped.ru_stime + live
-
-
-def stop_stack(stack: Stack) -> None:
-    from bench.lib.processes import stop_process_group
-
-    for proc in reversed(stack.procs):
-        stop_process_group(proc, grace_s=20)
 
 
 def measure_level(
@@ -284,27 +217,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    os.environ.update(
-        DJANGO_SETTINGS_MODULE="chatproject.settings.base",
-        DATABASE_URL=args.database_url,
-        REDIS_URL=args.redis_url,
-        CELERY_BROKER_URL=args.broker_url,
-        LOG_LEVEL="WARNING",
-        **stand_in_env(args),
-    )
-    ensure_database(args.database_url)
-    flush_redis(args.redis_url)
-    flush_redis(args.broker_url)
-    import django
-
-    django.setup()
+    config = stack_config(args)
+    prepare(config)
     from django.conf import settings
 
-    from accounts.models import Tier
-    from accounts.tier_defaults import seed_default_tiers
-
-    seed_default_tiers(Tier)
-    set_moderation(on=args.moderation == "on")
     args.tokenizer = settings.ENGINE.model_path
     logs = ROOT / "artifacts"
     results = logs / "ceiling-serve"
@@ -321,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     # A SIGTERM (a timeout, a kill) stops the stack too: the processes run in sessions of their own.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    stack = start_stack(args, logs)
+    stack = start_stack(config, logs)
     levels: list[Level] = []
     try:
         target = ServeTarget(stack.base_url, str(settings.ENGINE.served_model_name), high_limits_user(), "ceiling")

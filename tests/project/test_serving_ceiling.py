@@ -37,3 +37,22 @@ def test_the_quick_form_serves_every_token_and_accounts_cpu(tmp_path: Path) -> N
     for process in ("web", "worker", "dispatcher"):
         assert level["cpu_s"][process] > 0, (process, report)
     assert "ceiling:" in done.stdout and "chunk gap (ITL) p99" in done.stdout, report
+
+
+@pytest.mark.live
+def test_the_ttft_hops_bench_times_every_hop_of_a_lone_request() -> None:
+    """``bench/ttft_hops.py`` in short form: each hop is timed for every call (Celery's events matched to their
+    runs), and the hops add up to the time to first token the client saw."""
+    argv = [sys.executable, str(ROOT / "bench" / "ttft_hops.py"), "--requests", "5", "--warm-up", "1"]
+    argv += ["--database-url", f"{processes.test_database_url()}_ttft_hops"]
+    argv += ["--redis-url", settings.REDIS_URL, "--broker-url", settings.CELERY_BROKER_URL]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    report = done.stdout[-4000:] + done.stderr[-4000:]
+    assert done.returncode == 0, report
+    hops = {
+        line.split(" p50 ")[0].strip(): line
+        for line in done.stdout.splitlines()
+        if " p50 " in line and line.rstrip().endswith("(5 calls)")
+    }
+    assert len(hops) == 8, report  # every hop, for every call
+    assert "request -> first chunk (TTFT)" in hops and "send -> worker's receipt" in hops, report
