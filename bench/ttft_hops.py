@@ -7,6 +7,8 @@ on this machine:
 
 - the request sent, and its first chunk with content read (this process);
 - the run's row written (``Run.created_at``), claimed (``started_at``) and its first token (``first_token_at``);
+- the run queued after its statement committed (the web's ``queued`` lifecycle record, to the millisecond: the
+  processes log at ``INFO``, as shipped);
 - the dispatcher's send, the worker's receipt and the task's start (Celery's ``task-sent``, ``task-received`` and
   ``task-started`` events, which Flower reads, taken here with Celery's own event receiver).
 
@@ -22,10 +24,12 @@ It prints figures; it asserts nothing.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +40,8 @@ from bench.lib.stand_in_stack import StandInConfig, prepare, start_stack, stop_s
 
 HOPS = (
     ("request -> run row", "sent", "created"),
-    ("run row -> dispatcher's send", "created", "task-sent"),
+    ("run row -> queued", "created", "queued"),
+    ("queued -> dispatcher's send", "queued", "task-sent"),
     ("send -> worker's receipt", "task-sent", "task-received"),
     ("receipt -> task start", "task-received", "task-started"),
     ("task start -> claim", "task-started", "started"),
@@ -57,7 +62,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--broker-url", required=True)
     args = parser.parse_args(argv)
     config = StandInConfig(
-        database_url=args.database_url, redis_url=args.redis_url, broker_url=args.broker_url, slots=16, rate=args.rate
+        database_url=args.database_url,
+        redis_url=args.redis_url,
+        broker_url=args.broker_url,
+        slots=16,
+        rate=args.rate,
+        lifecycle_log=True,
     )
     prepare(config)
     import httpx
@@ -86,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                     times.append({"sent": sent, "client": first})
                 time.sleep(args.pause_s)
         time.sleep(1.0)  # the last events
+        queued = _queued_at(logs / "ttft-hops-web.log")
         runs = list(
             Run.objects.order_by("-id")[: args.requests].values("id", "created_at", "started_at", "first_token_at")
         )
@@ -96,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
             if run["first_token_at"] is not None:
                 row["first_token"] = run["first_token_at"].timestamp()
             row.update(events.of_run(run["id"]))
+            if run["id"] in queued:
+                row["queued"] = queued[run["id"]]
     finally:
         stop_stack(stack)
     print(
@@ -107,6 +120,23 @@ def main(argv: list[str] | None = None) -> int:
         if spans:
             print(f"  {name:32s} p50 {statistics.median(spans):7.2f}  min {min(spans):7.2f}  ({len(spans)} calls)")
     return 0
+
+
+def _queued_at(web_log: Path) -> dict[int, float]:
+    """When the web process logged each run ``queued`` (``runs.lifecycle_log``: after the prompt's statement
+    committed and the run was pushed to the scheduler's queue, which wakes the dispatcher), by run; millisecond
+    timestamps."""
+    out: dict[int, float] = {}
+    for line in web_log.read_text(errors="replace").splitlines():
+        if '"queued"' not in line:
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if record.get("logger") == "runs.events" and record.get("event") == "queued":
+            out[int(record["run_id"])] = datetime.fromisoformat(record["ts"]).timestamp()
+    return out
 
 
 def _one_request(client: Any, url: str, body: dict[str, Any]) -> tuple[float, float]:

@@ -1,5 +1,5 @@
 """The dispatcher loop (``scheduling.dispatcher``) wired to Django: tiers from the database, worker heartbeats
-from the worker contract, ``runs.routing.send_to_worker`` (the only way into Celery), queue-position status
+from the worker contract, ``runs.routing.send_to_workers`` (the only way into Celery), queue-position status
 events on the runs' streams, and the leader's housekeeping (``runs.reaper``)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from generation.worker_contract import request_yields, worker_heartbeats
 from runs.dispatcher_figures import DispatcherFigures
 from runs.models import RunStatus
 from runs.reaper import reap_orphaned_runs, requeue_lost_runs
-from runs.routing import Dispatch, send_to_worker, send_to_workers
+from runs.routing import Dispatch, send_to_workers
 from runs.streaming.contract import StreamEvent, append_to_many
 from scheduling.dispatcher import Dispatcher, DispatcherSettings
 from scheduling.gate import EngineSample, GatePolicy, TierGate, parse_gates
@@ -45,13 +45,23 @@ def engine_samples() -> list[EngineSample]:
     ]
 
 
+def _dispatch(run: QueuedRun) -> Dispatch:
+    return Dispatch(
+        run.run_id, run.tier, run.engine_priority, run.deployment, last_worker=run.last_worker, user_id=run.user_id
+    )
+
+
 def send_run(run: QueuedRun) -> None:
-    send_to_worker(run_id=run.run_id, queue=run.tier, engine_priority=run.engine_priority, deployment=run.deployment)
+    """One run sent (raises what its publish raised)."""
+    failed = send_to_workers([_dispatch(run)])
+    if failed:
+        raise failed[0][1]
 
 
 def send_runs(runs: list[QueuedRun]) -> list[QueuedRun]:
-    """A tick's runs, sent with one routing query (``runs.routing.send_to_workers``); returns those not sent."""
-    dispatches = [Dispatch(r.run_id, r.tier, r.engine_priority, r.deployment) for r in runs]
+    """A tick's runs, sent at once (``runs.routing.send_to_workers``: no database read, the queue kept each run's
+    user and chat's last worker); returns those not sent."""
+    dispatches = [_dispatch(run) for run in runs]
     failed = send_to_workers(dispatches)
     for dispatch, exc in failed:
         logger.error("sending run %s failed (%s); it goes back to its queue", dispatch.run_id, exc)

@@ -37,12 +37,14 @@ from runs.models import ACTIVE_STATUSES, Run
 @dataclass(frozen=True)
 class PromptInsert:
     """What the statement did: ``found`` (the chat is the owner's and still exists), ``busy`` (it has an
-    unfinished run: nothing written) and the new rows' ids (None when nothing was written)."""
+    unfinished run: nothing written), the new rows' ids (None when nothing was written) and the chat's
+    ``last_worker`` (the worker of its previous turn, which chat affinity routes the run to; "" when none)."""
 
     found: bool
     busy: bool
     message_id: int | None
     run_id: int | None
+    last_worker: str = ""
 
 
 def _insert_select(obj: models.Model, *, sourced: Iterable[str] = ()) -> tuple[str, str, list[Any]]:
@@ -102,7 +104,7 @@ def prompt_insert(
             UPDATE {chat_table} SET updated_at = %s, title = CASE WHEN title = '' THEN %s ELSE title END,
                 model = COALESCE(%s::varchar, model)
             WHERE id = %s AND owner_id = %s AND NOT (SELECT busy FROM target)
-            RETURNING id, temperature
+            RETURNING id, temperature, last_worker
         ), message AS (
             INSERT INTO {message_table} ({message_cols}) SELECT {message_selects} FROM touched RETURNING id
         ), run AS (
@@ -111,7 +113,8 @@ def prompt_insert(
             FROM message, touched
             RETURNING id, temperature
         )
-        SELECT target.busy, (SELECT id FROM message), (SELECT id FROM run), (SELECT temperature FROM run)
+        SELECT target.busy, (SELECT id FROM message), (SELECT id FROM run), (SELECT temperature FROM run),
+            (SELECT last_worker FROM touched)
         FROM target
     """  # noqa: S608
     params: list[Any] = [
@@ -133,7 +136,7 @@ def prompt_insert(
         row = cursor.fetchone()
     if row is None:
         return PromptInsert(found=False, busy=False, message_id=None, run_id=None)
-    busy, message_id, run_id, temperature = row
+    busy, message_id, run_id, temperature, last_worker = row
     if message_id is not None:
         run.temperature = temperature
         message.pk = message_id
@@ -141,4 +144,10 @@ def prompt_insert(
         run.user_message_id = message_id
         run.pk = run_id
         run._state.adding = False
-    return PromptInsert(found=busy or message_id is not None, busy=bool(busy), message_id=message_id, run_id=run_id)
+    return PromptInsert(
+        found=busy or message_id is not None,
+        busy=bool(busy),
+        message_id=message_id,
+        run_id=run_id,
+        last_worker=last_worker or "",
+    )

@@ -12,6 +12,7 @@ from functools import lru_cache
 
 from accounts.limits import EffectiveLimits, user_limits
 from accounts.models import Tier
+from chats.models import Chat
 from core.redis_client import get_redis
 from deployments.selection import deployment_by_id
 from deployments.tokenizer import count_tokens
@@ -49,9 +50,14 @@ def count_input_tokens(text: str) -> int:
         return estimate_tokens_by_chars(text)
 
 
-def run_enqueue(*, run: Run, limits: EffectiveLimits | None = None, requeued: bool = False) -> None:
+def run_enqueue(
+    *, run: Run, limits: EffectiveLimits | None = None, requeued: bool = False, last_worker: str | None = None
+) -> None:
     """Puts a committed queued run in its user's scheduler queue (idempotent). ``limits``: the user's, when the
-    caller has just read them (a new prompt), else they are read here.
+    caller has just read them (a new prompt), else they are read here. ``last_worker``: the chat's
+    ``last_worker`` when the caller has just read it (the prompt's statement returns it), else it is read here; the
+    queue keeps it for chat affinity, so the dispatcher routes the run without reading Postgres (it cannot change
+    while the run is unfinished: it is written when a run of the chat ends).
 
     ``requeued``: the run was dispatched and comes back (a hand-off, a preemption, a lost worker): it goes ahead of
     its user's other queued runs (it was sent before them, and its answer may be half streamed), and the fair-share
@@ -60,6 +66,8 @@ def run_enqueue(*, run: Run, limits: EffectiveLimits | None = None, requeued: bo
     limits = limits or user_limits(user=run.user)
     cost = run.reserved_tokens or (count_input_tokens(run.user_message.content) + run.max_tokens)
     served = deployment_by_id(run.deployment_id)
+    if last_worker is None:
+        last_worker = Chat.objects.filter(pk=run.chat_id).values_list("last_worker", flat=True).first() or ""
     store: RunQueueWriter = get_scheduler_store()
     if requeued:
         store.add_refund(tier=run.tier.name, user_id=run.user_id, amount=cost / max(limits.share_weight, 1e-6))
@@ -72,6 +80,7 @@ def run_enqueue(*, run: Run, limits: EffectiveLimits | None = None, requeued: bo
             weight=limits.share_weight,
             enqueued_at=run.created_at.timestamp(),
             deployment=served.key if served is not None else "",
+            last_worker=last_worker,
         ),
         front=requeued,
     )

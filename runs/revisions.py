@@ -165,7 +165,8 @@ def _revise(target: _Target, *, user: User, revision: Revision) -> Run:
             if Run.objects.filter(chat=chat, status__in=ACTIVE_STATUSES).exists():
                 raise run_in_progress_error()
             run.save(force_insert=True)
-            ticket.bind_on_commit(run, then=lambda: run_enqueue(run=run, limits=limits))
+            last_worker = chat.last_worker  # (read with the chat: a run that ended since moved it at most)
+            ticket.bind_on_commit(run, then=lambda: run_enqueue(run=run, limits=limits, last_worker=last_worker))
     except IntegrityError as exc:
         if "one_active_run_per_chat" in str(exc):
             raise run_in_progress_error() from exc

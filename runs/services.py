@@ -346,7 +346,10 @@ def _run_create(
             answer = hit.answer
             ticket.bind_on_commit(run, then=lambda: _answer_from_cache(run_id=run.pk, answer=answer))
         else:
-            ticket.bind_on_commit(run, then=lambda: _enqueue(run=run, limits=limits, plan=plan))
+            last_worker = written.last_worker
+            ticket.bind_on_commit(
+                run, then=lambda: _enqueue(run=run, limits=limits, plan=plan, last_worker=last_worker)
+            )
     except IntegrityError as exc:
         if "one_active_run_per_chat" in str(exc):
             raise run_in_progress_error() from exc
@@ -360,9 +363,9 @@ def _answer_from_cache(*, run_id: int, answer: str) -> None:
     run_answer_from_cache(run_id=run_id, answer=answer)
 
 
-def _enqueue(*, run: Run, limits: EffectiveLimits, plan: PromptPlan) -> None:
+def _enqueue(*, run: Run, limits: EffectiveLimits, plan: PromptPlan, last_worker: str) -> None:
     cache_after_create(run=run, plan=plan)  # a miss's embedding waits for the run's end
-    run_enqueue(run=run, limits=limits)
+    run_enqueue(run=run, limits=limits, last_worker=last_worker)
 
 
 def run_in_progress_error() -> ConflictError:

@@ -83,6 +83,7 @@ class MemoryQueueStore:
                 weight=float(run.weight),
                 enqueued_at=float(enqueued_at),
                 deployment=run.deployment,
+                last_worker=run.last_worker,
             )
             queued[run.run_id] = enqueued_at
             self._end_flight(run.run_id)

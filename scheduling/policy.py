@@ -55,6 +55,9 @@ class QueuedRun:
     deployment: str = ""
     """The ``name@version`` whose workers serve it: the dispatcher gates it on their load alone. Empty: any
     worker's (a run queued before deployments were versioned)."""
+    last_worker: str = ""
+    """The worker that served its chat's previous turn (``Chat.last_worker`` when it was queued; empty: none):
+    chat affinity routes the run there while that worker has room, without a database read at dispatch."""
 
 
 Heads = Mapping[str, Mapping[int, QueuedRun]]

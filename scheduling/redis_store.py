@@ -5,7 +5,8 @@ Keys (all under ``sched:``; the names and helpers are in ``scheduling.store``):
 
 * ``sched:q:{tier}:{user}``: list of the user's queued run ids in that tier, oldest first.
 * ``sched:users:{tier}``: set of users with a non-empty list in the tier (the backlog).
-* ``sched:run:{run}``: hash with the queued run's user, tier, cost, weight, enqueue time and deployment.
+* ``sched:run:{run}``: hash with the queued run's user, tier, cost, weight, enqueue time, deployment and its chat's
+  last worker (chat affinity's target).
 * ``sched:queued:{tier}``: sorted set of the tier's queued run ids (score: enqueue time); its size is
   the tier's queue depth, which admission bounds.
 * ``sched:inflight``: sorted set of dispatched runs that have not ended (score: dispatch time); entries
@@ -59,12 +60,13 @@ from scheduling.store import (
 
 _PUSH = """
 -- KEYS: user queue, backlog set, run meta, tier queued zset, inflight zset, inflight users hash, wake list
--- ARGV: run_id, user_id, tier, cost, weight, now, deployment, front ('1': ahead of the user's other runs)
+-- ARGV: run_id, user_id, tier, cost, weight, now, deployment, front ('1': ahead of the user's other runs),
+--       the chat's last worker
 if redis.call('ZSCORE', KEYS[4], ARGV[1]) then return 0 end
 if ARGV[8] == '1' then redis.call('LPUSH', KEYS[1], ARGV[1]) else redis.call('RPUSH', KEYS[1], ARGV[1]) end
 redis.call('SADD', KEYS[2], ARGV[2])
 redis.call('HSET', KEYS[3], 'user', ARGV[2], 'tier', ARGV[3], 'cost', ARGV[4], 'weight', ARGV[5], 'enq', ARGV[6],
-  'dep', ARGV[7])
+  'dep', ARGV[7], 'lw', ARGV[9])
 redis.call('ZADD', KEYS[4], ARGV[6], ARGV[1])
 redis.call('ZREM', KEYS[5], ARGV[1])
 redis.call('HDEL', KEYS[6], ARGV[1])
@@ -178,6 +180,7 @@ class RedisQueueStore:
             run.enqueued_at or time.time(),
             run.deployment,
             "1" if front else "0",
+            run.last_worker,
         ]
         return bool(self._push(keys=keys, args=args))
 
@@ -424,4 +427,5 @@ def _queued_run(tier: str, user_id: int, run_id: str, meta: dict[str, Any]) -> Q
         weight=float(meta.get("weight", 1.0)),
         enqueued_at=float(meta.get("enq", 0.0)),
         deployment=str(meta.get("dep", "")),
+        last_worker=str(meta.get("lw", "")),
     )

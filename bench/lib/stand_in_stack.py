@@ -34,6 +34,9 @@ class StandInConfig:
     """Tokens/s of each running sequence."""
     moderation: bool = False
     """The pro tier's moderation passes as shipped (the prompt and the streamed answer), or neither."""
+    lifecycle_log: bool = False
+    """The processes log at ``INFO`` (as shipped: each run's lifecycle records, ``runs.lifecycle_log``), not only
+    warnings; the logs are JSON lines either way."""
 
 
 @dataclass
@@ -90,7 +93,8 @@ def start_stack(config: StandInConfig, logs: Path, *, prefix: str = "ceiling") -
         DATABASE_URL=config.database_url,
         REDIS_URL=config.redis_url,
         CELERY_BROKER_URL=config.broker_url,
-        LOG_LEVEL="WARNING",
+        LOG_LEVEL="INFO" if config.lifecycle_log else "WARNING",
+        LOG_FORMAT="json",
         CHAT_AFFINITY="false",
         WORKER_METRICS_PORT="0",
         **stand_in_env(config),

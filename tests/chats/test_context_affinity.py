@@ -15,9 +15,12 @@ from celery import Celery, current_app
 from django.conf import settings
 from pytest_django.fixtures import Settings
 
-from generation.worker_contract import GENERATE_TASK, WorkerHeartbeat, write_heartbeat
+from generation.worker_contract import GENERATE_TASK, WorkerHeartbeat, deployment_queue, write_heartbeat
 from inference_workers.affinity import consume_own_queue
 from inference_workers.deployment import worker_deployment
+from runs.dispatcher_wiring import build_dispatcher
+from runs.models import Run
+from runs.queueing import get_scheduler_store
 from runs.routing import Dispatch, send_to_worker, send_to_workers
 from scheduling.affinity import WorkerLoad, choose_route, worker_queue
 from tests.factories import ChatFactory, RunFactory
@@ -56,7 +59,7 @@ def test_a_silent_or_unknown_previous_worker_is_not_waited_for() -> None:
     assert _route("", [_load("w1")]) == ("free", None, "no_previous_worker")
 
 
-def _beat(client: redis.Redis, worker: str, *, running: int, slots: int = 4) -> None:
+def _beat(client: redis.Redis, worker: str, *, running: int, slots: int = 4, deployment: str = "") -> None:
     beat = WorkerHeartbeat(
         worker=worker,
         model="m",
@@ -68,6 +71,7 @@ def _beat(client: redis.Redis, worker: str, *, running: int, slots: int = 4) -> 
         tpot_s=None,
         active_runs=running,
         updated_at=time.time(),
+        deployment=deployment,
     )
     write_heartbeat(beat, ttl_s=10, client=client)
 
@@ -253,3 +257,45 @@ def test_a_batch_whose_heartbeats_cannot_be_read_goes_to_the_tier_queue(
         assert send_to_workers([Dispatch(pinned.pk, "free")]) == []
     assert _sent_to("free") == [[pinned.pk]] and _sent_to(worker_queue("gpu-a@host")) == []
     assert f"run {pinned.pk} sent to queue free (affinity_lookup_failed)" in caplog.messages
+
+
+@pytest.mark.django_db
+def test_a_posted_prompt_is_routed_to_its_chats_previous_worker_with_no_database_read_at_dispatch(
+    clean_redis: redis.Redis,
+    api: Any,
+    user: Any,
+    django_assert_num_queries: Any,
+    django_capture_on_commit_callbacks: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The prompt's statement returns the chat's ``last_worker`` and the queue keeps it with the run, so the
+    dispatcher's send routes the run there (and logs it) without reading Postgres; a chat nobody served yet goes to
+    its tier queue."""
+    pinned_chat = ChatFactory.create(owner=user, last_worker="gpu-a@host")
+    fresh_chat = ChatFactory.create(owner=user)
+    with django_capture_on_commit_callbacks(execute=True):  # queued when the prompt's statement commits
+        for chat in (pinned_chat, fresh_chat):
+            resp = api.post(f"/api/chats/{chat.pk}/messages", {"content": "again", "max_tokens": 8}, format="json")
+            assert resp.status_code == 202, resp.content
+    tier = user.tier.name
+    heads = get_scheduler_store().heads()[tier]
+    assert [run.last_worker for run in heads.values()] == ["gpu-a@host"]  # one user: its first run is the head
+    pinned, fresh = Run.objects.filter(user=user).order_by("pk")
+    deployment = heads[user.pk].deployment
+    assert deployment, "the run's deployment is queued with it"
+    _beat(clean_redis, "gpu-a@host", running=1, deployment=deployment)
+    for queue in (worker_queue("gpu-a@host"), deployment_queue(tier, deployment)):
+        _sent_to(queue)
+
+    dispatcher = build_dispatcher()
+    dispatcher.housekeeping = None  # (the leader's periodic repairs read Postgres every 2 s: not the decisions)
+    with caplog.at_level("INFO", logger="runs.events"), django_assert_num_queries(0):
+        sent = [run.run_id for _ in range(2) for run in dispatcher.tick()]
+    assert sorted(sent) == [pinned.pk, fresh.pk]
+    assert _sent_to(worker_queue("gpu-a@host")) == [[pinned.pk]]
+    assert _sent_to(deployment_queue(tier, deployment)) == [[fresh.pk]]
+    dispatched = [r for r in caplog.records if getattr(r, "event", "") == "dispatched"]
+    assert {(r.run_id, r.user_id, r.tier, r.worker) for r in dispatched} == {  # type: ignore[attr-defined]
+        (pinned.pk, user.pk, tier, "gpu-a@host"),
+        (fresh.pk, user.pk, tier, ""),
+    }

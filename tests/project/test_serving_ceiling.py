@@ -54,5 +54,5 @@ def test_the_ttft_hops_bench_times_every_hop_of_a_lone_request() -> None:
         for line in done.stdout.splitlines()
         if " p50 " in line and line.rstrip().endswith("(5 calls)")
     }
-    assert len(hops) == 8, report  # every hop, for every call
-    assert "request -> first chunk (TTFT)" in hops and "send -> worker's receipt" in hops, report
+    assert len(hops) == 9, report  # every hop, for every call
+    assert "request -> first chunk (TTFT)" in hops and "run row -> queued" in hops, report

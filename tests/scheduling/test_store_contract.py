@@ -101,6 +101,22 @@ def test_claim_and_peek_claims_as_claim_does_and_returns_the_users_next_run(stor
     assert store.heads() == {} and store.queue_depth("free") == 0
 
 
+def test_a_runs_chat_affinity_target_is_kept_while_it_is_queued(store: QueueStore) -> None:
+    """The chat's last worker, which the dispatcher routes the run to without a database read, comes back with the
+    run from every read of the queue (and a run queued without one has none)."""
+    pinned = QueuedRun(run_id=1, user_id=10, tier="free", cost=100, enqueued_at=1.0, last_worker="gpu-a@host")
+    follower = QueuedRun(run_id=2, user_id=10, tier="free", cost=100, enqueued_at=2.0, last_worker="gpu-b@host")
+    store.push(pinned)
+    store.push(follower)
+    store.push(q(3, 11))
+    assert store.heads()["free"] == {10: pinned, 11: q(3, 11)} and q(3, 11).last_worker == ""
+    queued = store.all_queued().heads()["free"]
+    assert {user: run.last_worker for user, run in queued.items()} == {10: "gpu-a@host", 11: ""}
+    assert store.claim_and_peek(pinned, now=100.0) == (True, follower)
+    store.push(pinned, front=True)  # sent back (its send failed): still pinned
+    assert store.heads()["free"][10] == pinned
+
+
 def test_remove_says_where_the_run_was(store: QueueStore) -> None:
     store.push(q(1, 10))
     store.push(q(2, 10))
