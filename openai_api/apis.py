@@ -19,8 +19,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpRe
 from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
+from accounts.authentication import cached_token_user, token_user
 from accounts.models import User
-from accounts.selectors import user_for_token
 from chats.models import Message
 from core.db_executor import db_call, db_read, db_submit
 from core.errors import DomainError
@@ -55,7 +55,7 @@ async def _bearer_user(request: HttpRequest) -> User | HttpResponse:
             status=401,
             code="missing_api_key",
         )
-    user = await db_read(user_for_token, key.strip())
+    user = cached_token_user(key.strip()) or await db_read(token_user, key.strip())
     if user is None:
         return error_response("Incorrect API token.", status=401, code="invalid_api_key")
     return user

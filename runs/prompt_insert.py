@@ -24,6 +24,7 @@ The column lists and values come from the models' fields (``pre_save``, ``get_db
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -47,24 +48,32 @@ class PromptInsert:
     last_worker: str = ""
 
 
+@functools.cache
+def _insert_shape(
+    model: type[models.Model], sourced: frozenset[str], vendor: str
+) -> tuple[tuple[models.Field[Any, Any], ...], str, str]:
+    """The fields ``_insert_select`` writes of ``model``, its column list and its typed placeholders: the same for
+    every prompt, so built once per process (about 40 fields' ``cast_db_type`` a prompt, otherwise)."""
+    quote = connection.ops.quote_name
+    fields = tuple(
+        field
+        for field in model._meta.concrete_fields
+        if not field.primary_key and field.attname not in sourced and field.column is not None
+    )
+    columns = ", ".join(quote(str(field.column)) for field in fields)
+    # An INSERT ... SELECT types its expressions before assigning them: cast each to its column's type.
+    selects = ", ".join(f"%s::{field.cast_db_type(connection)}" for field in fields)
+    return fields, columns, selects
+
+
 def _insert_select(obj: models.Model, *, sourced: Iterable[str] = ()) -> tuple[str, str, list[Any]]:
     """``obj``'s columns and ``SELECT`` expressions (typed placeholders) as the ORM would insert it.
 
     ``sourced`` names attributes (``user_message_id``) left out here: the caller appends them from a CTE.
     """
-    quote = connection.ops.quote_name
-    columns: list[str] = []
-    selects: list[str] = []
-    params: list[Any] = []
-    skip = set(sourced)
-    for field in type(obj)._meta.concrete_fields:
-        if field.primary_key or field.attname in skip or field.column is None:
-            continue
-        columns.append(quote(field.column))
-        # An INSERT ... SELECT types its expressions before assigning them: cast each to its column's type.
-        selects.append(f"%s::{field.cast_db_type(connection)}")
-        params.append(field.get_db_prep_save(field.pre_save(obj, add=True), connection))
-    return ", ".join(columns), ", ".join(selects), params
+    fields, columns, selects = _insert_shape(type(obj), frozenset(sourced), connection.vendor)
+    params = [field.get_db_prep_save(field.pre_save(obj, add=True), connection) for field in fields]
+    return columns, selects, params
 
 
 def prompt_insert(

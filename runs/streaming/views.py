@@ -20,7 +20,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpRe
 from django.http.response import HttpResponseBase
 from django_eventstream.utils import add_default_headers
 
-from accounts.selectors import user_for_token
+from accounts.authentication import cached_token_user, token_user
 from core.db_executor import CONNECTION_ERRORS, db_read
 from runs.models import Run
 from runs.streaming.follow import open_run_stream
@@ -66,7 +66,7 @@ async def _authenticate(request: HttpRequest) -> AbstractBaseUser | AnonymousUse
         scheme, _, key = header.partition(" ")
         if scheme.lower() != "token" or not key.strip():
             return None
-        return await _read(user_for_token, key.strip())
+        return cached_token_user(key.strip()) or await _read(token_user, key.strip())
     return await _read(_session_user, request)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.test import Client
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -80,3 +81,39 @@ def test_zero_turns_the_cache_off(user: User, settings: Any) -> None:
     assert client.get("/api/me").status_code == 200
     token.delete()
     assert client.get("/api/me").status_code == 401
+
+
+def bearer_models(key: str) -> int:
+    """``GET /v1/models`` with ``Authorization: Bearer`` (the async endpoints' own authentication)."""
+    return Client().get("/v1/models", HTTP_AUTHORIZATION=f"Bearer {key}").status_code
+
+
+@pytest.mark.django_db(transaction=True)  # (the async view reads on the database threads)
+def test_the_v1_bearer_token_is_cached_within_the_same_bound(user: User, clock: Clock) -> None:
+    key = Token.objects.create(user=user).key
+    assert bearer_models(key) == 200
+    assert authentication.cached_token_user(key) == user
+    Token.objects.filter(key=key).delete()
+    clock.now += 4.9
+    assert bearer_models(key) == 200  # within the bound: the cached user, read on the event loop
+    clock.now += 0.2
+    assert authentication.cached_token_user(key) is None
+    assert bearer_models(key) == 401
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_cache_serves_token_and_bearer_requests_but_never_an_unknown_or_inactive_token(
+    user: User, clock: Clock
+) -> None:
+    token = Token.objects.create(user=user)
+    assert client_for(token.key).get("/api/me").status_code == 200  # DRF's authentication caches it
+    Token.objects.filter(pk=token.pk).delete()
+    assert bearer_models(token.key) == 200  # and /v1 finds it there
+
+    assert bearer_models("1" * 40) == 401
+    assert authentication.cached_token_user("1" * 40) is None
+    inactive = User.objects.create(username="inactive", is_active=False, tier=user.tier)
+    key = Token.objects.create(user=inactive).key
+    assert bearer_models(key) == 401 and authentication.cached_token_user(key) is None
+    Token.objects.create(user=user, key="1" * 40)
+    assert bearer_models("1" * 40) == 200  # an unknown token was not remembered as unknown
