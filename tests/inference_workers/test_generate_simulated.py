@@ -308,3 +308,45 @@ def test_an_attempt_reads_its_runs_stream_once_before_the_claim(
     assert events[1].event == StreamEvent.STATUS and events[1].data["status"] == RunStatus.STREAMING
     run.refresh_from_db()
     assert run.recovery == Recovery.NONE  # the positions are no answer
+
+
+def test_a_cancel_between_the_first_claims_read_and_its_update_ends_the_run_cancelled(
+    sim_runtime: WorkerRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first attempt's claim reads the run, then updates it only while it is still queued and unstarted: a cancel
+    that lands in between makes the update change nothing, and the locking read ends the run ``cancelled`` (as a
+    cancel before the claim does), with no attempt counted and nothing generated."""
+    from runs import lifecycle
+
+    run = RunFactory.create(max_tokens=4)
+    now = lifecycle.timezone.now
+
+    def cancel_lands(*args: Any, **kwargs: Any) -> Any:  # called between the claim's read and its update
+        Run.objects.filter(pk=run.pk, status=RunStatus.QUEUED).update(status=RunStatus.CANCELLING)
+        return now(*args, **kwargs)
+
+    monkeypatch.setattr(lifecycle.timezone, "now", cancel_lands)
+    assert generate_run(run_id=run.pk, runtime=sim_runtime) == RunStatus.CANCELLED
+    run.refresh_from_db()
+    assert (run.status, run.attempts, run.output_tokens) == (RunStatus.CANCELLED, 0, 0)
+    assert not any(e.event == StreamEvent.DELTA for e in stream_of(run))
+
+
+def test_a_first_attempt_is_claimed_once_and_a_second_claim_takes_the_locking_read(sim_runtime: WorkerRuntime) -> None:
+    """The first claim writes what the locking read would (streaming, attempt 1, no recovery); claiming the run
+    again (a redelivery whose lease check passed) is no first attempt: it counts attempt 2 as before."""
+    from runs.lifecycle import run_mark_streaming
+
+    run = RunFactory.create(max_tokens=4)
+    claimed, changed = run_mark_streaming(run_id=run.pk, worker="w1@test")
+    stored = Run.objects.get(pk=run.pk)
+    assert changed and (claimed.status, claimed.attempts, claimed.worker) == (RunStatus.STREAMING, 1, "w1@test")
+    assert (stored.status, stored.attempts, stored.worker, stored.recovery) == (
+        RunStatus.STREAMING,
+        1,
+        "w1@test",
+        Recovery.NONE,
+    )
+    assert stored.started_at == claimed.started_at and claimed.tier.name and claimed.user_message.content
+    again, changed = run_mark_streaming(run_id=run.pk, worker="w2@test")
+    assert changed and (again.attempts, again.worker, again.recovery) == (2, "w2@test", Recovery.RESTARTED)
