@@ -289,7 +289,11 @@ def run_finish(*, run_id: int, attempt: int, result: GenerationResult) -> Run | 
         if run.chat.origin == ChatOrigin.WEB:  # an OpenAI-compatible call's chat is never continued: no summary
             served = deployment_by_id(run.deployment_id)
             deployment = served.key if served is not None else ""
-            transaction.on_commit(lambda: chat_summary_schedule_after_turn(chat_id=chat_id, deployment=deployment))
+            chat = run.chat  # read locked above, its owner (the run's user) with their tier: the check reads no chat
+            chat.owner = run.user
+            transaction.on_commit(
+                lambda: chat_summary_schedule_after_turn(chat_id=chat_id, deployment=deployment, chat=chat)
+            )
         transaction.on_commit(lambda: _store_in_cache(run), robust=True)
         return run
 

@@ -6,7 +6,8 @@ the claim (2: the run with its tier, chat and user message, then the update that
 queued and unstarted; a redelivered or recovered run takes the locking read, 4), the chat's
 earlier turns for the prompt (1), the first token's time (1), and the end (7: the run locked with its chat,
 user, tier and limits; the assistant message; the run; the day's usage in one upsert; the chat). A chat of the
-browser UI adds the summary check (2); an OpenAI-compatible call's chat has none. The tier's moderation policy (the
+browser UI adds the summary check (1: its unsummarized messages; the chat and its owner's tier come from the end's
+read); an OpenAI-compatible call's chat has none. The tier's moderation policy (the
 output pass's) and the deployments (the run's deployment key, for the summary check) are per-process snapshots,
 warm here as in a serving worker.
 """
@@ -31,7 +32,7 @@ from tests.factories import ChatFactory, RunFactory
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.mark.parametrize(("origin", "expected"), [(ChatOrigin.API, 11), (ChatOrigin.WEB, 13)])
+@pytest.mark.parametrize(("origin", "expected"), [(ChatOrigin.API, 11), (ChatOrigin.WEB, 12)])
 def test_a_generated_run_costs_a_fixed_number_of_round_trips(
     sim_runtime: WorkerRuntime,
     django_assert_num_queries: DjangoAssertNumQueries,
