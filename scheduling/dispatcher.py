@@ -1,6 +1,7 @@
 """The dispatcher loop: moves queued runs to the workers in policy order while the engines have room.
 
-One tick: take (or keep) the leader lock, read the engine load and the queue heads once, then repeatedly let the
+One tick: take (or keep) the leader lock and read the policy's state, the refunds, the runs in flight and the queue
+heads in one step (``DispatcherStore.begin_tick``), read the engine load, then repeatedly let the
 policy choose, claim the chosen run atomically in the store (which returns its user's next head in the same round
 trip) and, at the end of the tick, hand the runs chosen to ``send_batch`` (or ``send`` each). The claim is the
 guard against double dispatch (a second dispatcher, a lost lock, a concurrent cancel); the lock only keeps
@@ -34,7 +35,7 @@ import redis
 
 from scheduling.gate import EngineLoad, EngineSample, GatePolicy, aggregate, deployment_loads, engine_load
 from scheduling.policy import FairPolicy, OrderedHeads, QueuedRun, forecast_order, unit_cost
-from scheduling.store import DispatcherStore, InFlightRun, Position
+from scheduling.store import DispatcherStore, InFlight, InFlightRun, Position
 
 logger = logging.getLogger(__name__)
 
@@ -215,12 +216,19 @@ class Dispatcher:
 
     # -- one tick ----------------------------------------------------------------------------------
 
-    def current_load(self) -> tuple[EngineLoad, dict[int, int]]:
-        """The engines' load and the runs in flight per user (and each deployment's, in ``deployment_loads``)."""
+    def current_load(
+        self, in_flight: Callable[[float | None], InFlight] | None = None
+    ) -> tuple[EngineLoad, dict[int, int]]:
+        """The engines' load and the runs in flight per user (and each deployment's, in ``deployment_loads``).
+        ``in_flight``: the runs in flight as the tick's first read found them (``TickStart.in_flight``); None:
+        read them now."""
         now = self.clock()
         samples = self.stats()
         fresh, oldest = aggregate(samples, now=now, stale_after_s=self.settings.stale_after_s)
-        flight = self.store.in_flight(now=now, ttl_s=self.settings.in_flight_ttl_s, since=oldest)
+        if in_flight is not None:
+            flight = in_flight(oldest)
+        else:
+            flight = self.store.in_flight(now=now, ttl_s=self.settings.in_flight_ttl_s, since=oldest)
         load = engine_load(
             fresh, in_flight=flight.total, dispatched_since_stats=flight.recent if oldest is not None else 0
         )
@@ -235,21 +243,25 @@ class Dispatcher:
 
     def tick(self) -> list[QueuedRun]:
         """Dispatches what the gate allows now; returns the runs sent."""
-        self.leading = not self.use_leader_lock or self.store.acquire_or_renew_leadership(
-            self.token, ttl_ms=self.settings.leader_ttl_ms
+        start = self.store.begin_tick(  # the lock, the policy, the refunds, the runs in flight, the heads: one read
+            self.token if self.use_leader_lock else None,
+            ttl_ms=self.settings.leader_ttl_ms,
+            now=self.clock(),
+            in_flight_ttl_s=self.settings.in_flight_ttl_s,
         )
-        if not self.leading:
+        self.leading = start is not None
+        if start is None:
             return []
-        self.policy.load_dict(self.store.load_policy())
-        for tier, user_id, amount in self.store.take_refunds():
+        self.policy.load_dict(start.policy)
+        for tier, user_id, amount in start.refunds:
             self.policy.refund(tier, user_id, amount)
-        load, busy = self.current_load()
+        load, busy = self.current_load(start.in_flight)
         self.last_load = load
         chosen: list[QueuedRun] = []
         yields: dict[int, InFlightRun] = {}
         self._in_flight_runs = None
         attempts = 0
-        heads, ordered, share = self._read_heads(load, busy)
+        heads, ordered, share = self._read_heads(load, busy, start.heads)
         self._lend = self._lending(busy, heads)
         while len(chosen) < self.settings.max_per_tick and attempts < 2 * self.settings.max_per_tick:
             attempts += 1
@@ -444,12 +456,14 @@ class Dispatcher:
             logger.exception("dispatcher observer failed")
 
     def _read_heads(
-        self, load: EngineLoad, busy: dict[int, int]
+        self, load: EngineLoad, busy: dict[int, int], heads: dict[str, dict[int, QueuedRun]] | None = None
     ) -> tuple[dict[str, dict[int, QueuedRun]], OrderedHeads, float]:
-        """Every backlogged user's head, synced into the policy and put in its order, and the slot share: what a
-        tick's decisions start from. The share stays right for the whole tick: a user whose last queued run is
-        dispatched is still active, with a run in flight."""
-        heads = self.store.heads()
+        """Every backlogged user's head (``heads``, when the tick's first read had them; else read now), synced
+        into the policy and put in its order, and the slot share: what a tick's decisions start from. The share
+        stays right for the whole tick: a user whose last queued run is dispatched is still active, with a run in
+        flight."""
+        if heads is None:
+            heads = self.store.heads()
         self.policy.sync(heads)
         return heads, OrderedHeads(self.policy, heads), fair_slot_share(load.slots, busy, heads)
 

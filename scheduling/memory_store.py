@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from scheduling.policy import QueuedRun, UserQueues
-from scheduling.store import InFlight, InFlightRun, Position
+from scheduling.store import InFlight, InFlightRun, Position, TickStart
 
 
 class MemoryQueueStore:
@@ -188,6 +188,19 @@ class MemoryQueueStore:
                 return False, None
             ids = self._queues.get(run.tier, {}).get(run.user_id)
             return True, (self._meta[ids[0]] if ids else None)
+
+    def begin_tick(self, token: str | None, *, ttl_ms: int, now: float, in_flight_ttl_s: float) -> TickStart | None:
+        """The five reads in turn (this process's memory: nothing else changes it between them); the runs in flight
+        are counted when the dispatcher asks, for its ``since``."""
+        if token is not None and not self.acquire_or_renew_leadership(token, ttl_ms=ttl_ms):
+            return None
+        policy, refunds = self.load_policy(), self.take_refunds()
+
+        def in_flight(since: float | None) -> InFlight:
+            return self.in_flight(now=now, ttl_s=in_flight_ttl_s, since=since)
+
+        in_flight(None)  # reclaimed now, as the one read does
+        return TickStart(policy=policy, refunds=refunds, in_flight=in_flight, heads=self.heads())
 
     def in_flight(self, *, now: float, ttl_s: float, since: float | None = None) -> InFlight:
         with self._lock:

@@ -34,6 +34,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import redis
@@ -52,6 +53,7 @@ from scheduling.store import (
     InFlight,
     InFlightRun,
     Position,
+    TickStart,
     backlog_key,
     queued_key,
     run_meta_key,
@@ -126,6 +128,62 @@ redis.call('HDEL', KEYS[4], ARGV[1])
 return removed
 """
 
+_BEGIN_TICK = """
+-- KEYS: leader lock, policy, refunds hash, inflight zset, inflight users hash
+-- ARGV: token ('': no lock), lock ttl ms, reclaim in-flight entries dispatched before this, prefix, most users whose
+--       heads are read here, tier names...
+-- Returns {0} when another token holds the lock; else {1, policy ('' when none), refunds (field, value, ...),
+-- in flight (run, score, ...), their owners (run, owner, ...), heads} with heads per tier in ARGV's order, each a
+-- list of {user, run, {meta field, value, ...}}, or false when more users are backlogged than ARGV[5].
+if ARGV[1] ~= '' then
+  if redis.call('GET', KEYS[1]) == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  elseif not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    return {0}
+  end
+end
+local policy = redis.call('GET', KEYS[2]) or ''
+local refunds = redis.call('HGETALL', KEYS[3])
+if #refunds > 0 then redis.call('DEL', KEYS[3]) end
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. ARGV[3])
+local members = redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')
+local live = {}
+for i = 1, #members, 2 do live[members[i]] = true end
+local owners = {}
+local all_owners = redis.call('HGETALL', KEYS[5])
+for i = 1, #all_owners, 2 do
+  if live[all_owners[i]] then
+    owners[#owners + 1] = all_owners[i]
+    owners[#owners + 1] = all_owners[i + 1]
+  else
+    redis.call('HDEL', KEYS[5], all_owners[i])
+  end
+end
+local backlogged = 0
+for i = 6, #ARGV do backlogged = backlogged + redis.call('SCARD', ARGV[4] .. 'users:' .. ARGV[i]) end
+local heads = false
+if backlogged <= tonumber(ARGV[5]) then
+  heads = {}
+  for i = 6, #ARGV do
+    local tier = ARGV[i]
+    local found = {}
+    for _, user in ipairs(redis.call('SMEMBERS', ARGV[4] .. 'users:' .. tier)) do
+      local run = redis.call('LINDEX', ARGV[4] .. 'q:' .. tier .. ':' .. user, 0)
+      if run then
+        local meta = redis.call('HGETALL', ARGV[4] .. 'run:' .. run)
+        if #meta > 0 then found[#found + 1] = {user, run, meta} end
+      end
+    end
+    heads[#heads + 1] = found
+  end
+end
+return {1, policy, refunds, members, owners, heads}
+"""
+
+TICK_HEADS_MAX_USERS = 256
+"""``begin_tick`` reads the heads in its script while at most this many users are backlogged (a bounded time in
+Redis's one thread); past it they are read apart, pipelined (``heads``), as Redis serves other clients between."""
+
 _RELEASE_LOCK = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
@@ -150,6 +208,7 @@ class RedisQueueStore:
         self._remove = client.register_script(_REMOVE)
         self._release_lock = client.register_script(_RELEASE_LOCK)
         self._renew_lock = client.register_script(_RENEW_LOCK)
+        self._begin_tick = client.register_script(_BEGIN_TICK)
 
     @property
     def tiers(self) -> list[str]:
@@ -223,6 +282,39 @@ class RedisQueueStore:
         return out
 
     # -- dispatcher side ---------------------------------------------------------------------------
+
+    def begin_tick(self, token: str | None, *, ttl_ms: int, now: float, in_flight_ttl_s: float) -> TickStart | None:
+        """The lock, the policy, the refunds, the runs in flight and the heads in one script: one round trip where
+        the five reads were seven."""
+        keys = [LEADER_KEY, POLICY_KEY, REFUNDS_KEY, INFLIGHT_KEY, INFLIGHT_USERS_KEY]
+        args: list[str | int | float] = [
+            token or "",
+            ttl_ms,
+            repr(now - in_flight_ttl_s),
+            PREFIX,
+            TICK_HEADS_MAX_USERS,
+            *self.tiers,
+        ]
+        reply = self._begin_tick(keys=keys, args=args)
+        if not reply or not int(reply[0]):
+            return None
+        _, policy, refunds, members, owners, heads = reply
+        sent_at = {str(rid): float(score) for rid, score in zip(members[::2], members[1::2], strict=True)}
+        owned = dict(zip((str(rid) for rid in owners[::2]), owners[1::2], strict=True))
+        return TickStart(
+            policy=json.loads(policy) if policy else {},
+            refunds=[_refund(field, value) for field, value in zip(refunds[::2], refunds[1::2], strict=True)],
+            in_flight=partial(_in_flight, sent_at, owned),
+            heads=None if heads is None else self._heads_of(heads),
+        )
+
+    def _heads_of(self, reply: list[Any]) -> dict[str, dict[int, QueuedRun]]:
+        heads: dict[str, dict[int, QueuedRun]] = {}
+        for tier, found in zip(self.tiers, reply, strict=True):
+            for user, run_id, flat in found:
+                meta = {str(k): v for k, v in zip(flat[::2], flat[1::2], strict=True)}
+                heads.setdefault(tier, {})[int(user)] = _queued_run(tier, int(user), str(run_id), meta)
+        return heads
 
     def _backlogged(self) -> list[tuple[str, int]]:
         """``(tier, user)`` of every user with queued runs, tier by tier."""
@@ -302,25 +394,7 @@ class RedisQueueStore:
         stale = [rid for rid in owners if rid not in sent_at]
         if stale:
             self.client.hdel(INFLIGHT_USERS_KEY, *stale)
-        per_user: Counter[int] = Counter()
-        per_deployment: Counter[str] = Counter()
-        recent_per_deployment: Counter[str] = Counter()
-        for rid, owner in owners.items():
-            if rid not in sent_at:
-                continue
-            user, deployment, _tier = _owner_fields(owner)
-            per_user[user] += 1
-            per_deployment[deployment] += 1
-            if since is not None and sent_at[rid] >= since:
-                recent_per_deployment[deployment] += 1
-        recent = sum(1 for at in sent_at.values() if since is not None and at >= since)
-        return InFlight(
-            total=len(sent_at),
-            recent=recent,
-            per_user=dict(per_user),
-            per_deployment=dict(per_deployment),
-            recent_per_deployment=dict(recent_per_deployment),
-        )
+        return _in_flight(sent_at, owners, since)
 
     def in_flight_runs(self) -> list[InFlightRun]:
         """Every run in flight, oldest dispatch first: one round trip, read only to choose a run to preempt."""
@@ -360,11 +434,7 @@ class RedisQueueStore:
         pipe.hgetall(REFUNDS_KEY)
         pipe.delete(REFUNDS_KEY)
         raw, _ = pipe.execute()
-        out = []
-        for field, value in raw.items():
-            tier, user = str(field).rsplit(":", 1)
-            out.append((tier, int(user), float(value)))
-        return out
+        return [_refund(field, value) for field, value in raw.items()]
 
     def write_rate(self, per_s: float, *, ttl_s: int = 120) -> None:
         self.client.set(RATE_KEY, f"{per_s:.6f}", ex=ttl_s)
@@ -407,6 +477,37 @@ class RedisQueueStore:
         return [
             _queued_run(tier, user, rid, meta) for (tier, user, rid), meta in zip(triples, metas, strict=True) if meta
         ]
+
+
+def _refund(field: Any, value: Any) -> tuple[str, int, float]:
+    """``(tier, user, amount)`` of a ``sched:refunds`` entry."""
+    tier, user = str(field).rsplit(":", 1)
+    return tier, int(user), float(value)
+
+
+def _in_flight(sent_at: dict[str, float], owners: dict[Any, Any], since: float | None) -> InFlight:
+    """The counts of the runs in flight (``sent_at``: run -> dispatch time; ``owners``: their
+    ``sched:inflight:users`` values), ``recent`` those dispatched at or after ``since``."""
+    per_user: Counter[int] = Counter()
+    per_deployment: Counter[str] = Counter()
+    recent_per_deployment: Counter[str] = Counter()
+    for rid, owner in owners.items():
+        at = sent_at.get(str(rid))
+        if at is None:
+            continue
+        user, deployment, _tier = _owner_fields(owner)
+        per_user[user] += 1
+        per_deployment[deployment] += 1
+        if since is not None and at >= since:
+            recent_per_deployment[deployment] += 1
+    recent = sum(1 for at in sent_at.values() if since is not None and at >= since)
+    return InFlight(
+        total=len(sent_at),
+        recent=recent,
+        per_user=dict(per_user),
+        per_deployment=dict(per_deployment),
+        recent_per_deployment=dict(recent_per_deployment),
+    )
 
 
 def _owner_fields(owner: Any) -> tuple[int, str, str]:

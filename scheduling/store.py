@@ -31,6 +31,8 @@ What both guarantee:
   with its user, tier, deployment and dispatch time (the dispatcher's choice of a run to preempt).
 * Refunds accumulate per ``(tier, user)`` until the dispatcher takes them; the policy state is an opaque JSON-able
   dict; leadership is a lock with a time to live held by one token at a time.
+* ``begin_tick`` is the lock, the policy state, the refunds, the runs in flight and the heads read at once (one
+  round trip for Redis), the same as the five calls in turn.
 
 The Redis key names stay here, not in ``redis_store``: ``scheduling.token_bucket``'s Lua script reads the queue depth
 (``queued_key``) and the dispatch rate (``RATE_KEY``) in the same round trip as the bucket.
@@ -38,6 +40,7 @@ The Redis key names stay here, not in ``redis_store``: ``scheduling.token_bucket
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -94,6 +97,22 @@ class InFlightRun:
 
 
 @dataclass(frozen=True)
+class TickStart:
+    """What a dispatcher's tick starts from, read in one step by the leader (``DispatcherStore.begin_tick``)."""
+
+    policy: dict[str, Any]
+    """The policy state the leader saved last ({} when none), as ``load_policy`` reads it."""
+    refunds: list[tuple[str, int, float]]
+    """The pending refunds, taken (cleared), as ``take_refunds`` returns them."""
+    in_flight: Callable[[float | None], InFlight]
+    """The runs in flight as read then (those dispatched more than the TTL ago reclaimed), counted as ``in_flight``
+    counts them for a ``since``: a function of it, since the engine statistics that give it are read after."""
+    heads: dict[str, dict[int, QueuedRun]] | None
+    """``heads()`` as read then; None when more users were backlogged than the step reads (``heads()`` reads them
+    apart)."""
+
+
+@dataclass(frozen=True)
 class Position:
     queue_position: int
     """1 = the next run to be dispatched."""
@@ -111,6 +130,12 @@ class DispatcherStore(Protocol):
         ...
 
     # -- the backlog and the runs in flight ---------------------------------------------------------
+
+    def begin_tick(self, token: str | None, *, ttl_ms: int, now: float, in_flight_ttl_s: float) -> TickStart | None:
+        """Takes or renews the leader lock for ``token`` (None: no lock), then reads what a tick starts from, as
+        ``load_policy``, ``take_refunds``, ``in_flight`` and ``heads`` would, in one atomic step; None (nothing
+        read or taken) when another token holds the lock."""
+        ...
 
     def wait_for_work(self, timeout_s: float) -> bool:
         """Waits until a run is queued or leaves the in-flight set (True), or at most ``timeout_s`` (False)."""

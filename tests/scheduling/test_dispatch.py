@@ -238,7 +238,7 @@ def test_a_tick_reads_every_head_once_and_then_takes_the_dispatched_users_next_f
         for k in range(3):
             store.push(q(100 * user + k + 1, user))
     calls: Counter[str] = Counter()
-    for name in ("heads", "claim", "claim_and_peek"):
+    for name in ("begin_tick", "heads", "claim", "claim_and_peek"):
         real = getattr(store, name)
 
         def counted(*args: object, _real: object = real, _name: str = name, **kwargs: object) -> object:
@@ -251,7 +251,10 @@ def test_a_tick_reads_every_head_once_and_then_takes_the_dispatched_users_next_f
     d = make_dispatcher(store, samples, sent, clock)
     d.settings = replace(SETTINGS, max_per_tick=30)
     d.tick()
-    assert len(sent) == 30 and calls["heads"] == 1 and calls["claim_and_peek"] == 30
+    # The heads come with the tick's first read: Redis's script reads them, the memory store calls heads() for it.
+    heads_apart = 0 if isinstance(store, RedisQueueStore) else 1
+    assert len(sent) == 30 and calls["begin_tick"] == 1 and calls["heads"] == heads_apart
+    assert calls["claim_and_peek"] == 30
     # Round robin by counter: every user once before anyone twice, each user's runs in their order.
     assert sorted(r.user_id for r in sent[:20]) == list(range(20))
     assert all(r.run_id % 100 == 2 for r in sent[20:]) and all(r.run_id % 100 == 1 for r in sent[:20])
@@ -293,6 +296,54 @@ def test_a_decision_costs_one_redis_round_trip(redis_store: RedisQueueStore, mon
         return sends["round trips"] - before
 
     assert (round_trips(40) - round_trips(10)) / 30 == 1.0
+
+
+def test_a_ticks_first_read_is_one_round_trip(redis_store: RedisQueueStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lock, the policy's state, the refunds, the runs in flight and every backlogged user's head come in one
+    script: a tick that dispatches one run sends three commands to Redis (that read, the claim, the policy's save;
+    the engine statistics are the caller's), where the lock, the policy, the refunds, the runs in flight and the
+    heads' three pipelines were seven before the claim."""
+    import redis.connection
+
+    sends: list[bytes] = []
+    real_send = redis.connection.AbstractConnection.send_packed_command
+
+    def counted(self: redis.connection.AbstractConnection, command: object, check_health: bool = True) -> None:
+        sends.append(bytes(command[0] if isinstance(command, list) else command)[:40])  # type: ignore[arg-type,index]
+        real_send(self, command, check_health)  # type: ignore[arg-type]
+
+    clock, sent = FakeClock(), list[QueuedRun]()
+    samples = [EngineSample(slots=1000, running=0, waiting=0, tpot_s=None, updated_at=clock.now)]
+    d = make_dispatcher(redis_store, samples, sent, clock)
+    d.settings = replace(SETTINGS, positions_interval_s=3600.0)
+    redis_store.push(q(1, 7))
+    d.tick()  # (loads the scripts, and the positions' first refresh)
+    redis_store.push(q(2, 8))
+    redis_store.add_refund(tier="free", user_id=8, amount=5.0)
+    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counted)
+    d.tick()
+    monkeypatch.undo()
+    assert [r.run_id for r in sent] == [1, 2]
+    assert len(sends) == 3, sends
+    assert redis_store.take_refunds() == []  # taken by the tick's read
+
+
+def test_a_backlog_of_more_users_than_the_first_read_takes_is_read_apart(
+    redis_store: RedisQueueStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past ``TICK_HEADS_MAX_USERS`` backlogged users the script leaves the heads out (it must not hold Redis's one
+    thread for long), and the tick reads them pipelined: the same decisions."""
+    from scheduling import redis_store as module
+
+    monkeypatch.setattr(module, "TICK_HEADS_MAX_USERS", 3)
+    for user in range(5):
+        redis_store.push(q(user + 1, user))
+    start = redis_store.begin_tick(None, ttl_ms=1000, now=1.0, in_flight_ttl_s=60.0)
+    assert start is not None and start.heads is None
+    clock, sent = FakeClock(), list[QueuedRun]()
+    samples = [EngineSample(slots=1000, running=0, waiting=0, tpot_s=None, updated_at=clock.now)]
+    make_dispatcher(redis_store, samples, sent, clock).tick()
+    assert sorted(r.run_id for r in sent) == [1, 2, 3, 4, 5]
 
 
 def test_queue_positions_and_estimated_wait(redis_store: RedisQueueStore) -> None:

@@ -247,6 +247,37 @@ def test_policy_state_and_rate_round_trip(store: QueueStore) -> None:
     assert rate(store) == 0.333333  # six decimals, as admission reads it
 
 
+def test_begin_tick_reads_what_the_five_reads_would_and_takes_the_refunds(store: QueueStore) -> None:
+    """The tick's first read: the lock (taken, or None with nothing read or taken when another token holds it),
+    the policy's state, the refunds (taken), the runs in flight (those past the TTL reclaimed) and the heads."""
+    store.save_policy({"vtc": {"free": 3.0}})
+    store.add_refund(tier="free", user_id=10, amount=4.0)
+    for run in (q(1, 10), q(2, 10), q(3, 11, tier="pro"), q(4, 12), q(5, 13)):
+        store.push(run)
+    assert store.claim(q(4, 12), now=50.0) and store.claim(q(5, 13), now=100.0)
+    assert store.acquire_or_renew_leadership("other", ttl_ms=10_000)
+    assert store.begin_tick("mine", ttl_ms=10_000, now=120.0, in_flight_ttl_s=60.0) is None
+    assert store.take_refunds() == [("free", 10, 4.0)]  # nothing was taken by the refused read
+    store.add_refund(tier="free", user_id=10, amount=4.0)
+    store.release_leadership("other")
+    heads = store.heads()
+
+    start = store.begin_tick("mine", ttl_ms=10_000, now=120.0, in_flight_ttl_s=60.0)
+
+    assert start is not None and not store.acquire_or_renew_leadership("other", ttl_ms=10_000)  # the lock is mine
+    assert start.policy == {"vtc": {"free": 3.0}} and start.refunds == [("free", 10, 4.0)]
+    assert store.take_refunds() == []
+    assert start.heads == heads and ids(heads) == {"free": {10: 1}, "pro": {11: 3}}
+    # Run 4 was sent 70 s before: reclaimed. Run 5 is in flight, recent since 100.
+    assert start.in_flight(100.0) == InFlight(
+        total=1, recent=1, per_user={13: 1}, per_deployment={"": 1}, recent_per_deployment={"": 1}
+    )
+    assert store.in_flight(now=120.0, ttl_s=60.0).total == 1
+    if isinstance(store, RedisQueueStore):  # the reclaimed run's owner entry went with it
+        assert store.client.hkeys(INFLIGHT_USERS_KEY) == ["5"]
+    assert store.begin_tick(None, ttl_ms=10_000, now=120.0, in_flight_ttl_s=60.0) is not None  # no lock asked
+
+
 def test_the_leader_lock_is_held_by_one_token_until_released_or_expired(store: QueueStore) -> None:
     a, b = store.new_lock_token(), store.new_lock_token()
     assert a != b
