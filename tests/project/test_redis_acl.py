@@ -212,6 +212,8 @@ def test_each_role_does_its_work_and_nothing_else(as_role: object, acl_redis: Se
     token = store.new_lock_token()
     assert store.acquire_or_renew_leadership(token, ttl_ms=5000)
     assert store.wait_for_work(0.01)
+    start = store.begin_tick(token, ttl_ms=5000, now=time.time(), in_flight_ttl_s=600.0)  # a tick's one read
+    assert start is not None and start.heads == store.heads()
     heads = store.heads()
     assert [run.run_id for run in heads["free"].values()] == [7]  # (by user id)
     assert store.claim(heads["free"][3])
