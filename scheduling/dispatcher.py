@@ -216,19 +216,13 @@ class Dispatcher:
 
     # -- one tick ----------------------------------------------------------------------------------
 
-    def current_load(
-        self, in_flight: Callable[[float | None], InFlight] | None = None
-    ) -> tuple[EngineLoad, dict[int, int]]:
-        """The engines' load and the runs in flight per user (and each deployment's, in ``deployment_loads``).
-        ``in_flight``: the runs in flight as the tick's first read found them (``TickStart.in_flight``); None:
-        read them now."""
+    def current_load(self, in_flight: Callable[[float | None], InFlight]) -> tuple[EngineLoad, dict[int, int]]:
+        """The engines' load and the runs in flight per user (and each deployment's, in ``deployment_loads``), from
+        the runs in flight as the tick's first read found them (``TickStart.in_flight``)."""
         now = self.clock()
         samples = self.stats()
         fresh, oldest = aggregate(samples, now=now, stale_after_s=self.settings.stale_after_s)
-        if in_flight is not None:
-            flight = in_flight(oldest)
-        else:
-            flight = self.store.in_flight(now=now, ttl_s=self.settings.in_flight_ttl_s, since=oldest)
+        flight = in_flight(oldest)
         load = engine_load(
             fresh, in_flight=flight.total, dispatched_since_stats=flight.recent if oldest is not None else 0
         )

@@ -9,7 +9,6 @@ almost nothing per token, so what the processes spend is the serving path's own 
 
 from __future__ import annotations
 
-import os
 import resource
 import subprocess
 import uuid
@@ -18,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.lib import proc_cpu
-from bench.lib.stack import PY, ROOT, ensure_database, flush_redis, set_moderation, spawn
+from bench.lib.stack import PY, ROOT, ensure_database, flush_redis, set_moderation, setup_django, spawn
 
 
 @dataclass(frozen=True)
@@ -63,20 +62,15 @@ def prepare(config: StandInConfig) -> None:
     """This process set up for the stack: its environment (the stand-in engine's too, for the children), the
     database created and migrated, both Redis databases flushed, Django, the default tiers and the moderation
     passes of ``config``."""
-    os.environ.update(
-        DJANGO_SETTINGS_MODULE="chatproject.settings.base",
+    setup_django(  # (Django connects to nothing yet: the database is made ready next)
         DATABASE_URL=config.database_url,
         REDIS_URL=config.redis_url,
         CELERY_BROKER_URL=config.broker_url,
-        LOG_LEVEL="WARNING",
         **stand_in_env(config),
     )
     ensure_database(config.database_url)
     flush_redis(config.redis_url)
     flush_redis(config.broker_url)
-    import django
-
-    django.setup()
     from accounts.models import Tier
     from accounts.tier_defaults import seed_default_tiers
 
