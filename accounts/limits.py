@@ -56,17 +56,23 @@ def usage_record(*, user_id: int, input_tokens: int, output_tokens: int) -> None
 
     One statement (``INSERT ... ON CONFLICT DO UPDATE`` on the ``usage_day_per_user`` constraint): the day's
     first run creates the row, later ones add to it, with no read and no savepoint."""
-    sql = (
-        "INSERT INTO accounts_usageday AS u (user_id, day, runs, input_tokens, output_tokens) "
-        "VALUES (%s, %s, 1, %s, %s) ON CONFLICT (user_id, day) DO UPDATE SET runs = u.runs + 1, "
+    with connection.cursor() as cursor:
+        cursor.execute(
+            usage_record_sql("VALUES (%s, %s, 1, %s, %s)"),
+            [user_id, timezone.now().date(), input_tokens, output_tokens],
+        )
+
+
+def usage_record_sql(rows: str) -> str:
+    """:func:`usage_record`'s upsert of ``rows``: a ``VALUES`` list or a ``SELECT`` whose columns are the user id, the
+    day, 1 (the run), the input and the output tokens. ``runs.lifecycle`` runs it as part of the statement that ends a
+    run, selecting from the run it updated."""
+    return (
+        f"INSERT INTO accounts_usageday AS u (user_id, day, runs, input_tokens, output_tokens) {rows} "
+        "ON CONFLICT (user_id, day) DO UPDATE SET runs = u.runs + 1, "
         "input_tokens = u.input_tokens + EXCLUDED.input_tokens, "
         "output_tokens = u.output_tokens + EXCLUDED.output_tokens"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(
-            sql,
-            [user_id, timezone.now().date(), input_tokens, output_tokens],
-        )
 
 
 def embedding_usage_record(*, user_id: int, tokens: int) -> None:

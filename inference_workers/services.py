@@ -406,7 +406,7 @@ class GenerationAttempt:
     def _finish(self, finish_reason: EngineFinishReason) -> RunStatus | None:
         result = self._answer(finish_reason)
         finished = _with_db_retry(
-            lambda: run_finish(run_id=self.run_id, attempt=self.attempt, result=result),
+            lambda: run_finish(run_id=self.run_id, attempt=self.attempt, result=result, claimed=self.run),
             run_id=self.run_id,
             what="storing its answer",
         )

@@ -10,6 +10,7 @@ describes it), so a client following the stream learns of the end however it cam
 from __future__ import annotations
 
 import functools
+import json
 import logging
 from typing import Any
 
@@ -18,6 +19,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from accounts.limits import usage_record_sql
 from chats.models import Chat, ChatOrigin, Message, MessageRole, Moderation
 from chats.summary_schedule import chat_summary_schedule_after_turn
 from deployments.models import DeploymentStatus
@@ -89,10 +91,16 @@ def run_end(
         run.assistant_message = message
         fields.append("assistant_message")
     run.save(update_fields=fields)
-    run_account_end(run=run)
+    _after_end(run)
+    return run
+
+
+def _after_end(run: Run, *, usage_recorded: bool = False) -> None:
+    """What follows the write that ended ``run``, in its transaction: the usage (unless that write recorded it), then
+    on commit the refund, the terminal stream event and the log record."""
+    run_account_end(run=run, usage_recorded=usage_recorded)
     transaction.on_commit(lambda: _announce_end(run))
     transaction.on_commit(lambda: log_run_end(run), robust=True)
-    return run
 
 
 def _announce_end(run: Run) -> None:
@@ -110,6 +118,12 @@ def _announce_end(run: Run) -> None:
 
 # Worker-side transitions. Each locks the run row (``SELECT ... FOR UPDATE``) because a cancel, the reaper
 # and a redelivered copy of the same task can race the worker that owns the run.
+
+
+_CLAIM_RELATED = ("tier", "chat", "user_message", "user__tier", "user__limit_override")
+"""What a claim reads with the run: what the worker reads next (the prompt: the chat, the user message, the tier's
+context budget; the tier for the log lines), and what the end's settlement uses (the user, their tier and limits),
+which :func:`run_finish` then need not read again."""
 
 
 def run_mark_streaming(*, run_id: int, worker: str, streamed: StreamedAnswer | None = None) -> tuple[Run, bool]:
@@ -130,9 +144,9 @@ def run_mark_streaming(*, run_id: int, worker: str, streamed: StreamedAnswer | N
     if first is not None:
         return first, True
     with transaction.atomic():
-        # What the worker reads next (the prompt: the chat, the user message, the tier's context budget; the
-        # tier for the log lines), in the same round trip; only the run's row is locked.
-        run = Run.objects.select_for_update(of=("self",)).select_related("tier", "chat", "user_message").get(pk=run_id)
+        # What the worker reads next and what its end settles with (_CLAIM_RELATED), in the same round trip; only
+        # the run's row is locked.
+        run = Run.objects.select_for_update(of=("self",)).select_related(*_CLAIM_RELATED).get(pk=run_id)
         if run.is_terminal:
             return run, False
         if run.status == RunStatus.CANCELLING:
@@ -163,7 +177,7 @@ def _claim_first_attempt(*, run_id: int, worker: str, streamed: StreamedAnswer |
         return None
     if settings.WORKERS.max_attempts < 1:
         return None
-    run = Run.objects.select_related("tier", "chat", "user_message").get(pk=run_id)
+    run = Run.objects.select_related(*_CLAIM_RELATED).get(pk=run_id)
     if run.status != RunStatus.QUEUED or run.attempts != 0:
         return None
     claimed = {
@@ -249,14 +263,22 @@ def run_mark_first_token(*, run_id: int, attempt: int) -> None:
     Run.objects.filter(pk=run_id, attempts=attempt, first_token_at__isnull=True).update(first_token_at=timezone.now())
 
 
-def run_finish(*, run_id: int, attempt: int, result: GenerationResult) -> Run | None:
+def run_finish(*, run_id: int, attempt: int, result: GenerationResult, claimed: Run | None = None) -> Run | None:
     """Ends the attempt's run with its result: the assistant message, the counts and the final status, in one
     transaction.
 
     Returns None when this attempt no longer owns the run (a later attempt took over, or it was failed).
     A run that was being cancelled (or whose request the engine aborted) ends ``cancelled`` and keeps the
     partial text as its assistant message, if there is any.
+
+    ``claimed``: the run as this attempt claimed it (:func:`run_mark_streaming`'s, with its relations). The common
+    end, a run still ``streaming`` under this attempt that the engine did not abort, is then one statement
+    (:func:`_finish_claimed`); any other, or one that changed since the claim, takes the locking read below.
     """
+    if claimed is not None:
+        finished = _finish_claimed(claimed, attempt=attempt, result=result)
+        if finished is not None:
+            return finished
     with transaction.atomic():
         # The chat is locked with the run (its row is written below); the tier, the user and their limits come
         # along for the settlement and the log line after commit, instead of three queries there. Nothing more is
@@ -285,17 +307,121 @@ def run_finish(*, run_id: int, attempt: int, result: GenerationResult) -> Run | 
                 run, status=RunStatus.DONE, finish_reason=_ENGINE_FINISH[engine_finish], result=result, message=message
             )
         Chat.objects.filter(pk=run.chat_id).update(updated_at=run.finished_at, last_worker=run.worker)
-        chat_id = run.chat_id
-        if run.chat.origin == ChatOrigin.WEB:  # an OpenAI-compatible call's chat is never continued: no summary
-            served = deployment_by_id(run.deployment_id)
-            deployment = served.key if served is not None else ""
-            chat = run.chat  # read locked above, its owner (the run's user) with their tier: the check reads no chat
-            chat.owner = run.user
-            transaction.on_commit(
-                lambda: chat_summary_schedule_after_turn(chat_id=chat_id, deployment=deployment, chat=chat)
-            )
-        transaction.on_commit(lambda: _store_in_cache(run), robust=True)
+        chat = run.chat  # read locked above, its owner (the run's user) with their tier: the check reads no chat
+        chat.owner = run.user
+        _after_finish(run, chat=chat)
         return run
+
+
+def _after_finish(run: Run, *, chat: Chat | None) -> None:
+    """On commit of a run's finish: the chat's summary check (a chat of the browser UI; ``chat``: as the finish read
+    it, else the check reads it) and the answer cache."""
+    chat_id = run.chat_id
+    if run.chat.origin == ChatOrigin.WEB:  # an OpenAI-compatible call's chat is never continued: no summary
+        served = deployment_by_id(run.deployment_id)
+        deployment = served.key if served is not None else ""
+        transaction.on_commit(
+            lambda: chat_summary_schedule_after_turn(chat_id=chat_id, deployment=deployment, chat=chat)
+        )
+    transaction.on_commit(lambda: _store_in_cache(run), robust=True)
+
+
+def _finish_claimed(run: Run, *, attempt: int, result: GenerationResult) -> Run | None:
+    """:func:`run_finish` of a run that this attempt claimed (``run``, as claimed) and the engine did not abort, in one
+    statement instead of seven (``BEGIN``, the locking read, the message, the run, the usage, the chat, ``COMMIT``):
+    :func:`_finish_sql` ends the run ``done`` only while it is still ``streaming`` under this attempt, and the
+    assistant message, the superseded answer it replaces, the chat and the day's usage are written with it or not at
+    all. None, with nothing written, when the run is not such a run or changed since the claim (a cancel, the reaper,
+    another attempt): the caller's locking read then decides.
+
+    The tier, the user and their limits that the settlement after commit uses are the claim's. The chat of the
+    browser UI is read again for its summary check: the claim's copy may predate a summary written since."""
+    engine_finish = EngineFinishReason(result.finish_reason)
+    if run.status != RunStatus.STREAMING or run.attempts != attempt or engine_finish == EngineFinishReason.ABORT:
+        return None
+    answer = _answer_fields(run, result)
+    now = timezone.now()
+    finish_reason = _ENGINE_FINISH[engine_finish]
+    content_field = Message._meta.get_field("content")
+    params: list[Any] = [
+        # the message's id, then the run
+        str(RunStatus.DONE),
+        str(finish_reason),
+        now,
+        result.input_tokens,
+        result.output_tokens,
+        json.dumps(list(result.passes)),
+        run.pk,
+        str(RunStatus.STREAMING),
+        attempt,
+        # the message
+        str(MessageRole.ASSISTANT),
+        content_field.get_db_prep_save(answer["content"], connection),
+        answer["token_count"],
+        now,
+        str(answer.get("moderation", Moderation.NONE)),
+        # the chat, the usage
+        now,
+        run.worker,
+        now.date(),
+        result.input_tokens,
+        result.output_tokens,
+    ]
+    if run.replaces_id is not None:  # regenerated or continued: the replaced answer becomes an earlier version
+        params.append(run.replaces_id)
+    with connection.cursor() as cursor:
+        cursor.execute(_finish_sql(supersedes=run.replaces_id is not None), params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    message = Message(id=row[0], chat=run.chat, role=MessageRole.ASSISTANT, created_at=now, **answer)
+    message._state.adding = False
+    run.status, run.finish_reason, run.finished_at = RunStatus.DONE, finish_reason, now
+    run.input_tokens, run.output_tokens = result.input_tokens, result.output_tokens
+    run.passes = [*run.passes, *result.passes]
+    run.assistant_message = message
+    run.chat.updated_at, run.chat.last_worker = now, run.worker
+    _after_end(run, usage_recorded=True)
+    _after_finish(run, chat=None)
+    return run
+
+
+@functools.cache
+def _finish_sql(*, supersedes: bool) -> str:
+    """:func:`_finish_claimed`'s statement; ``supersedes``: it also marks the answer the run replaces superseded.
+
+    The run's ``UPDATE`` is the guard (``streaming``, this attempt); the message's id is taken from its sequence first,
+    so that the run can point at it in the same statement, and every other write selects from the updated run: none
+    happens when the guard matched nothing. It returns the message's id, or no row."""
+    quote = connection.ops.quote_name
+    run_table, message_table, chat_table = (quote(m._meta.db_table) for m in (Run, Message, Chat))
+    run_set = ", ".join(
+        f"{quote(name)} = %s" for name in ("status", "finish_reason", "finished_at", "input_tokens", "output_tokens")
+    )
+    message_columns = ", ".join(
+        quote(name) for name in ("id", "chat_id", "role", "content", "token_count", "created_at", "moderation")
+    )
+    ended = (
+        f"UPDATE {run_table} SET {run_set}, passes = passes || %s::jsonb, "  # noqa: S608 (names only)
+        "assistant_message_id = (SELECT id FROM message_id) "
+        "WHERE id = %s AND status = %s AND attempts = %s RETURNING chat_id, user_id"
+    )
+    message = (
+        f"INSERT INTO {message_table} ({message_columns}, superseded) "  # noqa: S608 (names only)
+        "SELECT message_id.id, ended.chat_id, %s, %s, %s, %s, %s, false FROM ended, message_id"
+    )
+    chat = f"UPDATE {chat_table} SET updated_at = %s, last_worker = %s WHERE id = (SELECT chat_id FROM ended)"  # noqa: S608
+    parts = [
+        f"message_id AS (SELECT nextval(pg_get_serial_sequence('{Message._meta.db_table}', 'id')) AS id)",
+        f"ended AS ({ended})",
+        f"message AS ({message})",
+        f"chat AS ({chat})",
+        f"usage AS ({usage_record_sql('SELECT user_id, %s::date, 1, %s, %s FROM ended')})",  # noqa: S608
+    ]
+    if supersedes:
+        superseded = f"UPDATE {message_table} SET superseded = true WHERE id = %s"  # noqa: S608 (names only)
+        parts.append(f"superseded AS ({superseded} AND EXISTS (SELECT 1 FROM ended))")  # noqa: S608
+    return f"WITH {', '.join(parts)} SELECT id FROM message_id WHERE EXISTS (SELECT 1 FROM ended)"  # noqa: S608
 
 
 def _store_in_cache(run: Run) -> None:

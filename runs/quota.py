@@ -188,11 +188,13 @@ def quota_usage(*, user: User) -> dict[str, object]:
     return usage_summary(user=user, limits=limits, buckets=get_token_buckets(), bucket_limits=bucket_limits(limits))
 
 
-def run_account_end(*, run: Run) -> None:
-    """Call inside the transaction that ends ``run``: records usage now, refunds and dequeues on commit."""
+def run_account_end(*, run: Run, usage_recorded: bool = False) -> None:
+    """Call inside the transaction that ends ``run``: records usage now, refunds and dequeues on commit.
+    ``usage_recorded``: the statement that ended the run recorded its usage too (``runs.lifecycle``'s one-statement
+    end, with ``accounts.limits.usage_record_sql``)."""
     if not RunStatus(run.status).is_terminal:
         raise ValueError(f"run {run.pk} has not ended ({run.status})")
-    if run.input_tokens or run.output_tokens or run.started_at is not None:
+    if not usage_recorded and (run.input_tokens or run.output_tokens or run.started_at is not None):
         usage_record(user_id=run.user_id, input_tokens=run.input_tokens, output_tokens=run.output_tokens)
     run_id, user_id = run.pk, run.user_id
     started = run.started_at is not None

@@ -2,12 +2,12 @@
 
 Counted as in ``tests/runs/test_post_query_count.py``: every statement sent to Postgres, ``BEGIN``/``COMMIT``
 and savepoints included, with the work after commit (the settlement, the summary check) run at once. Per run:
-the claim (2: the run with its tier, chat and user message, then the update that claims it while it is still
-queued and unstarted; a redelivered or recovered run takes the locking read, 4), the chat's
-earlier turns for the prompt (1), the first token's time (1), and the end (7: the run locked with its chat,
-user, tier and limits; the assistant message; the run; the day's usage in one upsert; the chat). A chat of the
-browser UI adds the summary check (1: its unsummarized messages; the chat and its owner's tier come from the end's
-read); an OpenAI-compatible call's chat has none. The tier's moderation policy (the
+the claim (2: the run with its tier, chat, user message, user and their tier and limits, then the update that
+claims it while it is still queued and unstarted; a redelivered or recovered run takes the locking read, 4), the
+chat's earlier turns for the prompt (1), the first token's time (1), and the end (1: the run ended while it is still
+this attempt's, with its assistant message, the chat and the day's usage in the same statement; the settlement uses
+the user and limits the claim read). A chat of the browser UI adds the summary check (2: the chat as it is now, and
+its unsummarized messages); an OpenAI-compatible call's chat has none. The tier's moderation policy (the
 output pass's) and the deployments (the run's deployment key, for the summary check) are per-process snapshots,
 warm here as in a serving worker.
 """
@@ -32,7 +32,7 @@ from tests.factories import ChatFactory, RunFactory
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.mark.parametrize(("origin", "expected"), [(ChatOrigin.API, 11), (ChatOrigin.WEB, 12)])
+@pytest.mark.parametrize(("origin", "expected"), [(ChatOrigin.API, 5), (ChatOrigin.WEB, 7)])
 def test_a_generated_run_costs_a_fixed_number_of_round_trips(
     sim_runtime: WorkerRuntime,
     django_assert_num_queries: DjangoAssertNumQueries,
