@@ -8,7 +8,8 @@ tier's concurrency cap like any prompt. With a ``seed``, choice ``i`` samples wi
 repeats for a repeated seed, and its choices differ.
 
 Everything is written in one transaction, so a refused or invalid call leaves no row behind (a reservation
-already made for an earlier choice is reclaimed by the admission's pending expiry).
+already made for an earlier choice is reclaimed by the admission's pending expiry). A call of one choice and one
+message (no earlier turns) is one statement: its chat, its message and its run (``runs.prompt_insert``).
 """
 
 from __future__ import annotations
@@ -72,35 +73,42 @@ def chat_completion_create(*, user: User, request: ChatCompletionRequest, deploy
         conversation=api_conversation(history),
         n=sampling.n,
     )
+
+    def choice(index: int, chat: Chat) -> Run:
+        return run_create(
+            chat_id=None if chat.pk is None else chat.pk,
+            new_chat=chat if chat.pk is None else None,
+            user=user,
+            content=request.prompt,
+            sampling=SamplingRequest(max_tokens=sampling.max_tokens, spec=_choice_spec(sampling.spec, index)),
+            system_prompt="",  # the fit check counts no system prompt of ours: none is added
+            prompt_mode=PromptMode.CONTINUE if request.continue_final else PromptMode.CHAT,
+            tools=request.tools.tools or None,
+            end_user=request.end_user,
+            prompt_role=MessageRole(request.last_role),
+            deployment=deployment,
+            service_tier=tier,
+            metadata=options.metadata,
+            store=options.store,
+            prompt_cache_key=options.prompt_cache_key,
+            plan=plan,
+        )
+
+    def new_chat() -> Chat:
+        return Chat(owner=user, title=title_from_text(request.prompt), origin=ChatOrigin.API, last_worker=worker)
+
+    if sampling.n == 1 and not history:  # the chat, its prompt and the run: one statement, atomic on its own
+        return [choice(0, new_chat())]
     runs: list[Run] = []
     with transaction.atomic():
         for index in range(sampling.n):
-            chat = Chat.objects.create(
-                owner=user, title=title_from_text(request.prompt), origin=ChatOrigin.API, last_worker=worker
-            )
+            chat = new_chat()
+            chat.save()
             Message.objects.bulk_create(  # in order: ids follow the conversation
                 Message(chat=chat, role=role, content=content, token_count=tokens)
                 for (role, content), tokens in zip(history, history_tokens, strict=True)
             )
-            runs.append(
-                run_create(
-                    chat_id=chat.pk,
-                    user=user,
-                    content=request.prompt,
-                    sampling=SamplingRequest(max_tokens=sampling.max_tokens, spec=_choice_spec(sampling.spec, index)),
-                    system_prompt="",  # the fit check counts no system prompt of ours: none is added
-                    prompt_mode=PromptMode.CONTINUE if request.continue_final else PromptMode.CHAT,
-                    tools=request.tools.tools or None,
-                    end_user=request.end_user,
-                    prompt_role=MessageRole(request.last_role),
-                    deployment=deployment,
-                    service_tier=tier,
-                    metadata=options.metadata,
-                    store=options.store,
-                    prompt_cache_key=options.prompt_cache_key,
-                    plan=plan,
-                )
-            )
+            runs.append(choice(index, chat))
     return runs
 
 

@@ -46,6 +46,8 @@ class PromptInsert:
     message_id: int | None
     run_id: int | None
     last_worker: str = ""
+    chat_id: int | None = None
+    """The chat's id when the statement created it (:func:`prompt_insert_new_chat`)."""
 
 
 @functools.cache
@@ -159,4 +161,42 @@ def prompt_insert(
         message_id=message_id,
         run_id=run_id,
         last_worker=last_worker or "",
+    )
+
+
+def prompt_insert_new_chat(*, chat: Chat, message: Message, run: Run) -> PromptInsert:
+    """Writes ``chat`` (unsaved: a chat of its own for an OpenAI-compatible call), ``message`` and ``run`` in one
+    statement, the message and the run in the new chat; sets the three ``pk`` (and the rows' ``chat_id``).
+
+    The statement that creates the chat writes the prompt too: no transaction, no ``BEGIN``, ``INSERT`` and
+    ``COMMIT`` around it (four statements before). A new chat has no run to be busy with and no lock to wait for."""
+    quote = connection.ops.quote_name
+    chat_table, message_table, run_table = (quote(m._meta.db_table) for m in (Chat, Message, Run))
+    chat_cols, chat_selects, chat_params = _insert_select(chat)
+    message_cols, message_selects, message_params = _insert_select(message, sourced=["chat_id"])
+    run_cols, run_selects, run_params = _insert_select(run, sourced=["chat_id", "user_message_id"])
+    # Only table and column names (the models') are formatted in; every value is a parameter.
+    sql = f"""
+        WITH chat AS (
+            INSERT INTO {chat_table} ({chat_cols}) SELECT {chat_selects} RETURNING id, last_worker
+        ), message AS (
+            INSERT INTO {message_table} ({message_cols}, chat_id) SELECT {message_selects}, chat.id FROM chat
+            RETURNING id
+        ), run AS (
+            INSERT INTO {run_table} ({run_cols}, chat_id, user_message_id)
+            SELECT {run_selects}, chat.id, message.id FROM chat, message
+            RETURNING id
+        )
+        SELECT chat.id, (SELECT id FROM message), (SELECT id FROM run), chat.last_worker FROM chat
+    """  # noqa: S608
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*chat_params, *message_params, *run_params])
+        chat_id, message_id, run_id, last_worker = cursor.fetchone()
+    for obj, pk in ((chat, chat_id), (message, message_id), (run, run_id)):
+        obj.pk = pk
+        obj._state.adding = False
+    message.chat_id = run.chat_id = chat_id
+    run.user_message_id = message_id
+    return PromptInsert(
+        found=True, busy=False, message_id=message_id, run_id=run_id, last_worker=last_worker or "", chat_id=chat_id
     )

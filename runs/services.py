@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import cast
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -37,7 +38,7 @@ from runs.passes.cache import (
 from runs.passes.memory import memory_after_create
 from runs.passes.moderate_input import refusal_record
 from runs.passes.pipeline import prompt_passes
-from runs.prompt_insert import prompt_insert
+from runs.prompt_insert import prompt_insert, prompt_insert_new_chat
 from runs.queueing import run_enqueue
 from runs.quota import quota_reserve
 
@@ -75,7 +76,7 @@ def _resolve_max_tokens(*, limits: EffectiveLimits, requested: int | None) -> in
 
 def run_create(
     *,
-    chat_id: int,
+    chat_id: int | None,
     user: User,
     content: str,
     sampling: SamplingRequest | None = None,
@@ -92,6 +93,7 @@ def run_create(
     prompt_cache_key: str = "",
     plan: PromptPlan | None = None,
     chat_temperature: ChatTemperature | None = None,
+    new_chat: Chat | None = None,
 ) -> Run:
     """Stores the user's message and a queued run in the user's chat ``chat_id``; hands the run on after commit.
 
@@ -118,10 +120,18 @@ def run_create(
     caller ran them already for this prompt (``plan``: an API call with several choices runs them once). A prompt
     they refuse is kept in the chat as a refused message (when this call ran them) and answered with
     :class:`~runs.passes.PromptRefused`: nothing is queued or charged.
+
+    ``new_chat`` (``chat_id`` None): an unsaved chat of its own for the prompt (an OpenAI-compatible call's), written
+    by the same statement as the prompt (``runs.prompt_insert.prompt_insert_new_chat``); the caller ran the passes
+    (``plan``).
     """
+    if (chat_id is None) == (new_chat is None):
+        raise ValueError("run_create takes a chat_id or a new_chat")
     sampling = sampling or SamplingRequest()
     served = deployment or resolve_model(None)  # 404/503 before anything is counted or written
     if plan is None:
+        if chat_id is None:
+            raise ValueError("a new chat's prompt comes with the plan of its passes")
         tier = service_tier or user.tier
         try:
             plan = prompt_passes(
@@ -169,6 +179,7 @@ def run_create(
             store=store,
             prompt_cache_key=prompt_cache_key,
             plan=plan,
+            new_chat=new_chat,
         )
 
 
@@ -270,7 +281,7 @@ def prompt_refuse(
 
 def _run_create(
     *,
-    chat_id: int,
+    chat_id: int | None,
     user: User,
     content: str,
     sampling: SamplingRequest,
@@ -286,6 +297,7 @@ def _run_create(
     store: bool,
     prompt_cache_key: str,
     plan: PromptPlan,
+    new_chat: Chat | None,
 ) -> Run:
     limits = user_limits(user=user)  # once per prompt: the cap, admission, then the scheduler's weight
     max_tokens = _resolve_max_tokens(limits=limits, requested=sampling.max_tokens)
@@ -303,9 +315,8 @@ def _run_create(
     )
     # 429 before any write; the message was just tokenized for the fit check, so admission reuses that count.
     ticket = quota_reserve(user=user, limits=limits, input_tokens=max(1, token_count), max_tokens=max_tokens)
-    message = Message(chat_id=chat_id, role=prompt_role, content=content, token_count=token_count)
+    message = Message(role=prompt_role, content=content, token_count=token_count)  # (its chat: below)
     run = Run(
-        chat_id=chat_id,
         user=user,
         tier=tier,
         status=RunStatus.QUEUED,
@@ -326,15 +337,19 @@ def _run_create(
         passes=plan.records_json(),
     )
     try:
-        written = prompt_insert(
-            chat_id=chat_id,
-            owner_id=user.pk,
-            title=title_from_text(content),
-            message=message,
-            run=run,
-            model=chat_model,
-            temperature_from_chat=sampling.temperature_from_chat,
-        )
+        if new_chat is not None:
+            written = prompt_insert_new_chat(chat=new_chat, message=message, run=run)
+        else:
+            message.chat_id = run.chat_id = cast(int, chat_id)  # (run_create: a chat_id when no new_chat)
+            written = prompt_insert(
+                chat_id=run.chat_id,
+                owner_id=user.pk,
+                title=title_from_text(content),
+                message=message,
+                run=run,
+                model=chat_model,
+                temperature_from_chat=sampling.temperature_from_chat,
+            )
         if written.busy:
             raise run_in_progress_error()
         if written.run_id is None:
