@@ -378,6 +378,7 @@ def _finish_claimed(run: Run, *, attempt: int, result: GenerationResult) -> Run 
     message._state.adding = False
     run.status, run.finish_reason, run.finished_at = RunStatus.DONE, finish_reason, now
     run.input_tokens, run.output_tokens = result.input_tokens, result.output_tokens
+    run.first_token_at = row[1]  # (the claim's copy predates it: the metrics and the log record read it)
     run.passes = [*run.passes, *result.passes]
     run.assistant_message = message
     run.chat.updated_at, run.chat.last_worker = now, run.worker
@@ -392,7 +393,8 @@ def _finish_sql(*, supersedes: bool) -> str:
 
     The run's ``UPDATE`` is the guard (``streaming``, this attempt); the message's id is taken from its sequence first,
     so that the run can point at it in the same statement, and every other write selects from the updated run: none
-    happens when the guard matched nothing. It returns the message's id, or no row."""
+    happens when the guard matched nothing. It returns the message's id and the run's first token's time (written
+    while the run streamed, after the claim read it), or no row."""
     quote = connection.ops.quote_name
     run_table, message_table, chat_table = (quote(m._meta.db_table) for m in (Run, Message, Chat))
     run_set = ", ".join(
@@ -404,7 +406,7 @@ def _finish_sql(*, supersedes: bool) -> str:
     ended = (
         f"UPDATE {run_table} SET {run_set}, passes = passes || %s::jsonb, "  # noqa: S608 (names only)
         "assistant_message_id = (SELECT id FROM message_id) "
-        "WHERE id = %s AND status = %s AND attempts = %s RETURNING chat_id, user_id"
+        "WHERE id = %s AND status = %s AND attempts = %s RETURNING chat_id, user_id, first_token_at"
     )
     message = (
         f"INSERT INTO {message_table} ({message_columns}, superseded) "  # noqa: S608 (names only)
@@ -421,7 +423,7 @@ def _finish_sql(*, supersedes: bool) -> str:
     if supersedes:
         superseded = f"UPDATE {message_table} SET superseded = true WHERE id = %s"  # noqa: S608 (names only)
         parts.append(f"superseded AS ({superseded} AND EXISTS (SELECT 1 FROM ended))")  # noqa: S608
-    return f"WITH {', '.join(parts)} SELECT id FROM message_id WHERE EXISTS (SELECT 1 FROM ended)"  # noqa: S608
+    return f"WITH {', '.join(parts)} SELECT message_id.id, ended.first_token_at FROM message_id, ended"  # noqa: S608
 
 
 def _store_in_cache(run: Run) -> None:

@@ -12,7 +12,7 @@ from accounts.limits import user_limits
 from accounts.models import UsageDay, User
 from chats.models import Chat, ChatOrigin, Message, MessageRole, Moderation
 from generation.result import EngineFinishReason, GenerationResult
-from runs.lifecycle import run_finish, run_mark_streaming
+from runs.lifecycle import run_finish, run_mark_first_token, run_mark_streaming
 from runs.models import FinishReason, Revision, Run, RunStatus
 from runs.queueing import get_scheduler_store
 from runs.quota import bucket_limits, get_token_buckets
@@ -50,6 +50,7 @@ def test_a_claimed_run_ends_in_one_statement_with_its_message_chat_usage_and_ter
         chat=ChatFactory.create(origin=ChatOrigin.API), passes=[{"pass": "route", "decision": "kept"}]
     )
     claimed = _claimed(run)
+    run_mark_first_token(run_id=run.pk, attempt=1)  # while it streams: the claim's copy does not have it
     text = "an answer with a NUL \x00 in it"
     with django_assert_num_queries(1):
         finished = run_finish(run_id=run.pk, attempt=1, result=_result(text), claimed=claimed)
@@ -59,6 +60,7 @@ def test_a_claimed_run_ends_in_one_statement_with_its_message_chat_usage_and_ter
     assert (stored.status, stored.finish_reason) == (RunStatus.DONE, FinishReason.STOP)
     assert (stored.input_tokens, stored.output_tokens) == (11, 7)
     assert stored.finished_at == finished.finished_at is not None
+    assert stored.first_token_at == finished.first_token_at is not None  # the metrics' TTFT reads it
     assert stored.passes == [{"pass": "route", "decision": "kept"}, PASS] == finished.passes
     message = stored.assistant_message
     assert message is not None and message.pk == finished.assistant_message_id
