@@ -68,14 +68,13 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "core.request_id.RequestIdMiddleware",  # first: every later step's log lines carry the request's id
     "core.errors.BackendOutageMiddleware",  # a Redis or Postgres outage met by any view: 503 + Retry-After
-    # Django's own, with the hooks that do no I/O run on the event loop under ASGI (core/middleware.py).
-    "core.middleware.SecurityMiddleware",
-    "core.middleware.SessionMiddleware",
-    "core.middleware.CommonMiddleware",
-    "core.middleware.CsrfViewMiddleware",
-    "core.middleware.AuthenticationMiddleware",
-    "core.middleware.MessageMiddleware",
-    "core.middleware.XFrameOptionsMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Last: turns a login that axes locked out into 429 + Retry-After (accounts/login_throttle.py).
     "axes.middleware.AxesMiddleware",
 ]
