@@ -76,7 +76,7 @@ def chat_completion_create(*, user: User, request: ChatCompletionRequest, deploy
 
     def choice(index: int, chat: Chat) -> Run:
         return run_create(
-            chat_id=None if chat.pk is None else chat.pk,
+            chat_id=chat.pk,  # None: a chat not yet written, which the prompt's statement writes
             new_chat=chat if chat.pk is None else None,
             user=user,
             content=request.prompt,

@@ -344,7 +344,7 @@ def _finish_claimed(run: Run, *, attempt: int, result: GenerationResult) -> Run 
     finish_reason = _ENGINE_FINISH[engine_finish]
     content_field = Message._meta.get_field("content")
     params: list[Any] = [
-        # the message's id, then the run
+        # the run (the message's id comes from its sequence, in the statement)
         str(RunStatus.DONE),
         str(finish_reason),
         now,
