@@ -21,6 +21,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import redis
 from django.conf import settings
@@ -189,9 +190,17 @@ class WorkerRuntime:
 
     def claim(self, run_id: int) -> bool:
         """Takes the run's lease; False when another live attempt holds it (a duplicate delivery)."""
-        return bool(
-            self.client.set(run_lease_key(run_id), self.lease_value, nx=True, ex=self.worker_config.heartbeat_ttl_s)
-        )
+        return self.claim_with(run_id, reads=lambda pipe: None)[0]
+
+    def claim_with(self, run_id: int, *, reads: Callable[[redis.client.Pipeline], None]) -> tuple[bool, list[Any]]:
+        """:meth:`claim`, with what ``reads`` queues on the pipeline sent in the same round trip, after the lease's
+        ``SET`` (so Redis reads them once the lease is taken, as a read after the claim would); returns whether the
+        lease was taken and the replies of those reads (``inference_workers.services``: the run's stream)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.set(run_lease_key(run_id), self.lease_value, nx=True, ex=self.worker_config.heartbeat_ttl_s)
+        reads(pipe)
+        taken, *replies = pipe.execute()
+        return bool(taken), replies
 
     def release(self, run_id: int) -> None:
         """Gives the run's lease back. Redis not answering is logged, not raised: the lease then expires by

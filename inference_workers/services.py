@@ -49,7 +49,15 @@ from runs.lifecycle import run_fail, run_finish, run_handoff, run_mark_first_tok
 from runs.lifecycle_log import RunStep, log_run_step, seconds_between
 from runs.models import Recovery, Run, RunStatus
 from runs.streaming.batch import stream_batcher
-from runs.streaming.contract import RunStreamWriter, StreamedAnswer, StreamEvent, answer_in, read_after
+from runs.streaming.contract import (
+    RunStreamWriter,
+    StreamedAnswer,
+    StreamEntry,
+    StreamEvent,
+    answer_in,
+    entries_in,
+    read_after_in,
+)
 from runs.streaming.load import current_flush_interval
 
 logger = logging.getLogger(__name__)
@@ -104,11 +112,16 @@ def generate_run(*, run_id: int, runtime: WorkerRuntime, engine_priority: int | 
     """
     if runtime.host.dead is not None:
         raise EngineDead(runtime.host.dead)
-    if not runtime.claim(run_id):
+    # One round trip: the lease, then where this attempt numbers its events from and what the earlier ones streamed.
+    taken, (stream,) = runtime.claim_with(run_id, reads=lambda pipe: read_after_in(pipe, run_id, 0))
+    if not taken:
         logger.info("run %s: another attempt holds it; skipping this delivery", run_id)
         return None
     try:
-        return GenerationAttempt(run_id=run_id, runtime=runtime, engine_priority=engine_priority).generate()
+        attempt = GenerationAttempt(
+            run_id=run_id, runtime=runtime, engine_priority=engine_priority, entries=entries_in(stream)
+        )
+        return attempt.generate()
     finally:
         runtime.end_run(run_id)  # the lease back, and a heartbeat: its slot is free now
 
@@ -129,12 +142,13 @@ class GenerationAttempt:
     Made for one :meth:`generate` call.
     """
 
-    def __init__(self, *, run_id: int, runtime: WorkerRuntime, engine_priority: int | None) -> None:
+    def __init__(
+        self, *, run_id: int, runtime: WorkerRuntime, engine_priority: int | None, entries: list[StreamEntry]
+    ) -> None:
+        """``entries``: the run's whole stream, read once its lease was taken (:func:`generate_run`)."""
         self.run_id = run_id
         self.runtime = runtime
         self.engine_priority = engine_priority
-        # One round trip: where this attempt numbers its events from, and what the earlier ones streamed.
-        entries = read_after(run_id, 0)
         self.writer = RunStreamWriter(
             run_id,
             seq=entries[-1].seq if entries else 0,

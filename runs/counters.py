@@ -5,8 +5,10 @@ ends it), so per-process counters would each see a fraction. Instead each event 
 on ``metrics:runs`` (one round trip, after the database commit) and ``monitoring.prometheus`` turns the hash
 into Prometheus counters and histograms at scrape time.
 
-Field names are ``<metric>|<tier>[|<label>]``; histogram buckets are stored cumulative (a 0.3 s TTFT
-increments every bucket from ``0.5`` up, and ``+Inf``), as Prometheus exposes them.
+Field names are ``<metric>|<tier>[|<label>]``. A histogram's observation increments the one bucket it falls in
+(``ttft_in|pro|0.5`` for a 0.3 s TTFT), and the reader adds them up into the cumulative buckets Prometheus exposes:
+one command an observation where the cumulative form took eleven. Buckets stored cumulative by earlier releases
+(``ttft_bucket|pro|0.5``, every bucket from ``0.5`` up) are read and added in, so an upgrade loses no count.
 Recording never raises: a metric lost while Redis is down must not fail a prompt or a run.
 """
 
@@ -33,10 +35,12 @@ def _bucket_label(bound: float) -> str:
     return "+Inf" if bound == float("inf") else repr(bound)
 
 
+_BUCKET_LABELS = tuple(_bucket_label(bound) for bound in (*LATENCY_BUCKETS_S, float("inf")))
+
+
 def _observe(fields: dict[str, float], name: str, tier: str, value: float) -> None:
-    for bound in (*LATENCY_BUCKETS_S, float("inf")):
-        if value <= bound:
-            fields[f"{name}_bucket|{tier}|{_bucket_label(bound)}"] = 1
+    bound = next(bound for bound in (*LATENCY_BUCKETS_S, float("inf")) if value <= bound)
+    fields[f"{name}_in|{tier}|{_bucket_label(bound)}"] = 1
     fields[f"{name}_sum|{tier}"] = value
     fields[f"{name}_count|{tier}"] = 1
 
@@ -44,19 +48,24 @@ def _observe(fields: dict[str, float], name: str, tier: str, value: float) -> No
 def _increment(fields: dict[str, float], *, client: redis.Redis | None = None) -> None:
     try:
         pipe = (client or get_redis()).pipeline(transaction=False)
-        for name, amount in fields.items():
-            if float(amount).is_integer():
-                pipe.hincrby(METRICS_KEY, name, int(amount))
-            else:
-                pipe.hincrbyfloat(METRICS_KEY, name, amount)
+        _increments_in(pipe, fields)
         pipe.execute()
     except redis.RedisError:
         logger.warning("metrics: Redis unavailable, %d counter updates lost", len(fields))
 
 
-def record_admitted(*, tier: str, client: redis.Redis | None = None) -> None:
-    """A prompt was accepted and its run committed."""
-    _increment({f"admitted|{tier}": 1}, client=client)
+def _increments_in(pipe: redis.client.Pipeline, fields: dict[str, float]) -> None:
+    for name, amount in fields.items():
+        if float(amount).is_integer():
+            pipe.hincrby(METRICS_KEY, name, int(amount))
+        else:
+            pipe.hincrbyfloat(METRICS_KEY, name, amount)
+
+
+def record_admitted_in(pipe: redis.client.Pipeline, *, tier: str) -> None:
+    """A prompt was accepted and its run committed: the command queued on ``pipe``, which the caller sends with the
+    rest of the admission (``runs.quota``) and whose failure it reports."""
+    _increments_in(pipe, {f"admitted|{tier}": 1})
 
 
 def record_refused(*, tier: str, reason: str, client: redis.Redis | None = None) -> None:
@@ -70,6 +79,16 @@ def record_run_end(*, run: Run, tier: str, client: redis.Redis | None = None) ->
     TTFT is what the user waited: from the POST (``created_at``) to the first token; queue wait runs until
     a worker started generating. Runs that never started count in neither histogram.
     """
+    _increment(_run_end_fields(run=run, tier=tier), client=client)
+
+
+def record_run_end_in(pipe: redis.client.Pipeline, *, run: Run, tier: str) -> None:
+    """:func:`record_run_end`'s commands queued on ``pipe``, for a caller that sends more in the same round trip
+    (``runs.quota``'s settlement of an ended run); the caller logs a failure."""
+    _increments_in(pipe, _run_end_fields(run=run, tier=tier))
+
+
+def _run_end_fields(*, run: Run, tier: str) -> dict[str, float]:
     fields: dict[str, float] = {
         f"finished|{tier}|{run.status}": 1,
         f"input_tokens|{tier}": run.input_tokens,
@@ -79,7 +98,7 @@ def record_run_end(*, run: Run, tier: str, client: redis.Redis | None = None) ->
         _observe(fields, "queue_wait", tier, max(0.0, (run.started_at - run.created_at).total_seconds()))
     if run.first_token_at is not None:
         _observe(fields, "ttft", tier, max(0.0, (run.first_token_at - run.created_at).total_seconds()))
-    _increment(fields, client=client)
+    return fields
 
 
 @dataclass
@@ -106,6 +125,7 @@ def read_run_metrics(*, client: redis.Redis | None = None) -> RunMetrics:
     """Every counter recorded so far (raises ``redis.RedisError`` when Redis is down)."""
     raw = (client or get_redis()).hgetall(METRICS_KEY)
     out = RunMetrics()
+    within: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)  # (histogram, tier): count by bucket
     for key, value in raw.items():
         parts = str(key).split("|")
         amount = float(value)
@@ -125,10 +145,17 @@ def read_run_metrics(*, client: redis.Redis | None = None) -> RunMetrics:
             if base not in HISTOGRAMS:
                 continue
             hist = out.histograms[base].setdefault(tier, Histogram())
-            if part == "bucket" and len(parts) == 3:
-                hist.buckets[parts[2]] = amount
+            if part == "in" and len(parts) == 3:
+                within[(base, tier)][parts[2]] = amount
+            elif part == "bucket" and len(parts) == 3:  # stored cumulative by an earlier release
+                hist.buckets[parts[2]] = hist.buckets.get(parts[2], 0.0) + amount
             elif part == "sum":
                 hist.sum = amount
             elif part == "count":
                 hist.count = amount
+    for (base, tier), counts in within.items():
+        hist, below = out.histograms[base][tier], 0.0
+        for label in _BUCKET_LABELS:
+            below += counts.get(label, 0.0)
+            hist.buckets[label] = hist.buckets.get(label, 0.0) + below
     return out

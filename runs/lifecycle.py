@@ -39,7 +39,13 @@ from runs.models import FinishReason, Recovery, Revision, Run, RunStatus
 from runs.passes.cache import cache_after_finish
 from runs.queueing import run_enqueue
 from runs.quota import run_account_end
-from runs.streaming.contract import RunStreamWriter, StreamedAnswer, StreamEvent, run_terminal_event
+from runs.streaming.contract import (
+    RunStreamWriter,
+    StreamedAnswer,
+    StreamEvent,
+    run_terminal_event,
+    terminal_append_in,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -98,22 +104,18 @@ def run_end(
 def _after_end(run: Run, *, usage_recorded: bool = False) -> None:
     """What follows the write that ended ``run``, in its transaction: the usage (unless that write recorded it), then
     on commit the refund, the terminal stream event and the log record."""
-    run_account_end(run=run, usage_recorded=usage_recorded)
-    transaction.on_commit(lambda: _announce_end(run))
+    run_account_end(run=run, usage_recorded=usage_recorded, announce=functools.partial(_announce_end_in, run))
     transaction.on_commit(lambda: log_run_end(run), robust=True)
 
 
-def _announce_end(run: Run) -> None:
-    """After commit: the terminal event on the run's stream (and the cancel flag gone). A Redis failure is
-    logged, not raised: the end is in Postgres, and the SSE endpoint rebuilds the terminal event from it."""
-    try:
-        writer = RunStreamWriter(run.pk)
-        event, data = run_terminal_event(run)
-        writer.append(event, data)
-        if run.status == RunStatus.CANCELLED:
-            writer.client.delete(cancel_key(run.pk))
-    except redis.RedisError:
-        logger.exception("run %s ended but its terminal event could not be written", run.pk)
+def _announce_end_in(run: Run, pipe: redis.client.Pipeline) -> None:
+    """After commit, in the settlement's round trip (``runs.quota.run_account_end``, which logs a failure): the
+    terminal event on the run's stream, and the cancel flag gone. The SSE endpoint rebuilds the terminal event
+    from Postgres when the stream lacks it."""
+    event, data = run_terminal_event(run)
+    terminal_append_in(pipe, run.pk, event, data)
+    if run.status == RunStatus.CANCELLED:
+        pipe.delete(cancel_key(run.pk))
 
 
 # Worker-side transitions. Each locks the run row (``SELECT ... FOR UPDATE``) because a cancel, the reaper

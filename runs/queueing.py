@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 from functools import lru_cache
 
+import redis
+
 from accounts.limits import EffectiveLimits, user_limits
 from accounts.models import Tier
 from chats.models import Chat
@@ -20,7 +22,6 @@ from runs.lifecycle_log import RunStep, log_run_step
 from runs.models import Run
 from scheduling.policy import QueuedRun
 from scheduling.redis_store import RedisQueueStore
-from scheduling.store import QueueStore, RunQueueWriter
 
 logger = logging.getLogger(__name__)
 
@@ -30,9 +31,10 @@ def _tier_names() -> list[str]:
 
 
 @lru_cache(maxsize=1)
-def get_scheduler_store() -> QueueStore:
+def get_scheduler_store() -> RedisQueueStore:
     """The scheduler's queues; the tiers are read from Postgres only if the caller reads the queues by tier. Each
-    caller keeps it as the role it uses (``scheduling.store``: ``RunQueueWriter``, ``QueueMembership``, ...)."""
+    caller keeps it as the role it uses (``scheduling.store``: ``RunQueueWriter``, ``QueueMembership``, ...), but
+    for a run's settlement, which sends its removal in a pipeline with the rest of a run's end."""
     return RedisQueueStore(get_redis(), tiers=_tier_names)
 
 
@@ -51,7 +53,12 @@ def count_input_tokens(text: str) -> int:
 
 
 def run_enqueue(
-    *, run: Run, limits: EffectiveLimits | None = None, requeued: bool = False, last_worker: str | None = None
+    *,
+    run: Run,
+    limits: EffectiveLimits | None = None,
+    requeued: bool = False,
+    last_worker: str | None = None,
+    pipe: redis.client.Pipeline | None = None,
 ) -> None:
     """Puts a committed queued run in its user's scheduler queue (idempotent). ``limits``: the user's, when the
     caller has just read them (a new prompt), else they are read here. ``last_worker``: the chat's
@@ -62,26 +69,30 @@ def run_enqueue(
     ``requeued``: the run was dispatched and comes back (a hand-off, a preemption, a lost worker): it goes ahead of
     its user's other queued runs (it was sent before them, and its answer may be half streamed), and the fair-share
     charge of its first dispatch is refunded, since the next dispatch charges it again (the refund when it ends
-    settles what it used)."""
+    settles what it used).
+
+    ``pipe``: the push is queued on it, for the caller to send with the rest of its round trip (a new prompt's
+    admission, ``runs.quota.QuotaTicket.bind_on_commit``); the ``queued`` record is logged before it is sent."""
     limits = limits or user_limits(user=run.user)
     cost = run.reserved_tokens or (count_input_tokens(run.user_message.content) + run.max_tokens)
     served = deployment_by_id(run.deployment_id)
     if last_worker is None:
         last_worker = Chat.objects.filter(pk=run.chat_id).values_list("last_worker", flat=True).first() or ""
-    store: RunQueueWriter = get_scheduler_store()
+    store = get_scheduler_store()
     if requeued:
         store.add_refund(tier=run.tier.name, user_id=run.user_id, amount=cost / max(limits.share_weight, 1e-6))
-    store.push(
-        QueuedRun(
-            run_id=run.pk,
-            user_id=run.user_id,
-            tier=run.tier.name,
-            cost=cost,
-            weight=limits.share_weight,
-            enqueued_at=run.created_at.timestamp(),
-            deployment=served.key if served is not None else "",
-            last_worker=last_worker,
-        ),
-        front=requeued,
+    queued = QueuedRun(
+        run_id=run.pk,
+        user_id=run.user_id,
+        tier=run.tier.name,
+        cost=cost,
+        weight=limits.share_weight,
+        enqueued_at=run.created_at.timestamp(),
+        deployment=served.key if served is not None else "",
+        last_worker=last_worker,
     )
+    if pipe is not None:
+        store.push_in(pipe, queued, front=requeued)
+    else:
+        store.push(queued, front=requeued)
     log_run_step(RunStep.QUEUED, run, f"run {run.pk} queued for the {run.tier.name} tier", cost=cost)

@@ -28,12 +28,12 @@ from accounts.limits import EffectiveLimits, usage_record, user_limits
 from accounts.models import User
 from core.errors import REDIS_OUTAGE_ERRORS, DomainError, TooManyRequestsError
 from core.redis_client import get_redis
-from runs.counters import record_admitted, record_refused, record_run_end
+from runs.counters import record_admitted_in, record_refused, record_run_end_in
 from runs.lifecycle_log import RunStep, log_run_step, log_step
 from runs.models import Run, RunStatus
 from runs.queueing import get_scheduler_store
 from runs.usage import rejection_record, usage_summary
-from scheduling.store import RunQueueWriter
+from scheduling.store import Refund
 from scheduling.token_bucket import BucketTimeouts, Limits, RefusalReason, TokenBuckets, retry_after_header, run_member
 
 logger = logging.getLogger(__name__)
@@ -81,16 +81,22 @@ class QuotaTicket:
     limits: EffectiveLimits
     bound: bool = field(default=False)
 
-    def bind_on_commit(self, run: Run, *, then: Callable[[], None]) -> None:
-        """After commit: the reservation becomes the run's, then ``then`` hands the run on."""
+    def bind_on_commit(
+        self,
+        run: Run,
+        *,
+        hand_on: Callable[[redis.client.Pipeline], None] | None = None,
+        then: Callable[[], None] | None = None,
+    ) -> None:
+        """After commit, in one round trip to Redis: the reservation becomes the run's, the admission is counted, and
+        what ``hand_on`` queues on the same pipeline goes too (``runs.queueing.run_enqueue``'s push: three round trips
+        before); ``then`` runs once Redis has answered (a cached answer, which ends the run, settling what was bound).
+        A Redis error propagates, as the bind's did: the run is in Postgres, and the reaper queues a run the scheduler
+        does not know."""
 
         def bind_and_hand_on() -> None:
             self.bound = True
-            get_token_buckets().bind(
-                user_id=self.user_id, tier=self.tier, reservation_id=self.reservation_id, run_id=run.pk
-            )
-            record_admitted(tier=self.tier)
-            log_run_step(
+            log_run_step(  # (the log records go before the round trip they describe; a failure is logged after them)
                 RunStep.ADMITTED,
                 run,
                 f"run {run.pk} admitted: {self.cost} tokens reserved ({self.input_tokens} input)",
@@ -98,7 +104,16 @@ class QuotaTicket:
                 input_tokens=self.input_tokens,
                 max_tokens=run.max_tokens,
             )
-            then()
+            pipe = get_redis().pipeline(transaction=False)
+            get_token_buckets().bind_in(
+                pipe, user_id=self.user_id, tier=self.tier, reservation_id=self.reservation_id, run_id=run.pk
+            )
+            record_admitted_in(pipe, tier=self.tier)
+            if hand_on is not None:
+                hand_on(pipe)
+            pipe.execute()
+            if then is not None:
+                then()
 
         transaction.on_commit(bind_and_hand_on)
 
@@ -188,8 +203,14 @@ def quota_usage(*, user: User) -> dict[str, object]:
     return usage_summary(user=user, limits=limits, buckets=get_token_buckets(), bucket_limits=bucket_limits(limits))
 
 
-def run_account_end(*, run: Run, usage_recorded: bool = False) -> None:
-    """Call inside the transaction that ends ``run``: records usage now, refunds and dequeues on commit.
+def run_account_end(
+    *, run: Run, usage_recorded: bool = False, announce: Callable[[redis.client.Pipeline], None] | None = None
+) -> None:
+    """Call inside the transaction that ends ``run``: records usage now; on commit, in one round trip to Redis, takes
+    the run out of the scheduler (its refund credited when it was dispatched), settles its token-bucket reservation,
+    counts its end, and sends what ``announce`` queues on the same pipeline (``runs.lifecycle``: the terminal stream
+    event), where those were five or six round trips. A Redis failure is logged, not raised: the end is in Postgres,
+    a reservation expires on its own, and the SSE endpoint rebuilds a terminal event the stream lacks.
     ``usage_recorded``: the statement that ended the run recorded its usage too (``runs.lifecycle``'s one-statement
     end, with ``accounts.limits.usage_record_sql``)."""
     if not RunStatus(run.status).is_terminal:
@@ -204,22 +225,30 @@ def run_account_end(*, run: Run, usage_recorded: bool = False) -> None:
     unused = max(0, run.reserved_tokens - used) if started else 0
 
     def settle() -> None:
+        user = run.user if Run.user.is_cached(run) else User.objects.select_related("tier").get(pk=user_id)
+        limits = user_limits(user=user)
+        pipe = get_redis().pipeline(transaction=False)
+        # Dispatched, it was charged in full to the fair-share counter: the unused part goes back.
+        refund = Refund(tier=limits.tier, user_id=user_id, amount=unused / max(limits.share_weight, 1e-6))
+        get_scheduler_store().remove_in(pipe, run_id, refund=refund)
+        get_token_buckets().settle_in(
+            pipe,
+            user_id=user_id,
+            tier=limits.tier,
+            member=run_member(run_id),
+            used_tokens=used,
+            limits=bucket_limits(limits),
+        )
+        record_run_end_in(pipe, run=run, tier=limits.tier)
+        if announce is not None:
+            announce(pipe)
         try:
-            user = run.user if Run.user.is_cached(run) else User.objects.select_related("tier").get(pk=user_id)
-            limits = user_limits(user=user)
-            store: RunQueueWriter = get_scheduler_store()
-            if store.remove(run_id) == 2:  # it was dispatched: the fair-share counter charged it in full
-                store.add_refund(tier=limits.tier, user_id=user_id, amount=unused / max(limits.share_weight, 1e-6))
-            get_token_buckets().settle(
-                user_id=user_id,
-                tier=limits.tier,
-                member=run_member(run_id),
-                used_tokens=used,
-                limits=bucket_limits(limits),
-            )
-        except redis.RedisError:  # the run has ended in Postgres; its reservation expires on its own
-            logger.exception("refund of run %s failed", run_id)
+            replies = pipe.execute(raise_on_error=False)
+        except redis.RedisError:
+            logger.exception("run %s ended; its refund, counters and stream's end were not written to Redis", run_id)
             return
-        record_run_end(run=run, tier=limits.tier)
+        for reply in replies:
+            if isinstance(reply, redis.RedisError):
+                logger.error("run %s ended; Redis refused a command of its settlement: %s", run_id, reply)
 
     transaction.on_commit(settle)

@@ -10,6 +10,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import cast
 
+import redis
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -363,7 +364,7 @@ def _run_create(
         else:
             last_worker = written.last_worker
             ticket.bind_on_commit(
-                run, then=lambda: _enqueue(run=run, limits=limits, plan=plan, last_worker=last_worker)
+                run, hand_on=lambda pipe: _enqueue(pipe, run=run, limits=limits, plan=plan, last_worker=last_worker)
             )
     except IntegrityError as exc:
         if "one_active_run_per_chat" in str(exc):
@@ -378,9 +379,11 @@ def _answer_from_cache(*, run_id: int, answer: str) -> None:
     run_answer_from_cache(run_id=run_id, answer=answer)
 
 
-def _enqueue(*, run: Run, limits: EffectiveLimits, plan: PromptPlan, last_worker: str) -> None:
+def _enqueue(
+    pipe: redis.client.Pipeline, *, run: Run, limits: EffectiveLimits, plan: PromptPlan, last_worker: str
+) -> None:
     cache_after_create(run=run, plan=plan)  # a miss's embedding waits for the run's end
-    run_enqueue(run=run, limits=limits, last_worker=last_worker)
+    run_enqueue(run=run, limits=limits, last_worker=last_worker, pipe=pipe)  # sent with the admission's bind
 
 
 def run_in_progress_error() -> ConflictError:

@@ -53,6 +53,7 @@ from scheduling.store import (
     InFlight,
     InFlightRun,
     Position,
+    Refund,
     TickStart,
     backlog_key,
     queued_key,
@@ -106,7 +107,8 @@ return reply
 """
 
 _REMOVE = """
--- KEYS: run meta, inflight zset, positions hash, inflight users, wake list; ARGV: run_id, prefix
+-- KEYS: run meta, inflight zset, positions hash, inflight users, wake list, refunds hash
+-- ARGV: run_id, prefix, refund field ('': none), refund amount (credited only when the run was in flight)
 -- Returns 1 if the run was queued (it leaves the queue now), 2 if it was in flight, 0 otherwise.
 local removed = 0
 local meta = redis.call('HMGET', KEYS[1], 'user', 'tier')
@@ -122,6 +124,7 @@ if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 and removed == 0 then
   removed = 2
   redis.call('LPUSH', KEYS[5], 1)  -- a slot freed up: queued runs may fit now
   redis.call('LTRIM', KEYS[5], 0, 0)
+  if ARGV[3] ~= '' and tonumber(ARGV[4]) > 0 then redis.call('HINCRBYFLOAT', KEYS[6], ARGV[3], ARGV[4]) end
 end
 redis.call('HDEL', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
@@ -221,32 +224,27 @@ class RedisQueueStore:
     def push(self, run: QueuedRun, *, front: bool = False) -> bool:
         """Queues ``run`` behind its user's other runs in its tier (ahead of them with ``front``); False if it is
         already queued."""
-        keys = [
-            user_queue_key(run.tier, run.user_id),
-            backlog_key(run.tier),
-            run_meta_key(run.run_id),
-            queued_key(run.tier),
-            INFLIGHT_KEY,
-            INFLIGHT_USERS_KEY,
-            WAKE_KEY,
-        ]
-        args: list[str | int | float] = [
-            run.run_id,
-            run.user_id,
-            run.tier,
-            run.cost,
-            run.weight,
-            run.enqueued_at or time.time(),
-            run.deployment,
-            "1" if front else "0",
-            run.last_worker,
-        ]
+        keys, args = _push_call(run, front=front)
         return bool(self._push(keys=keys, args=args))
+
+    def push_in(self, pipe: redis.client.Pipeline, run: QueuedRun, *, front: bool = False) -> None:
+        """:meth:`push` queued on ``pipe`` (its reply :meth:`push`'s: 1, or 0 when already queued), for a caller that
+        sends more in the same round trip (a new prompt's admission, ``runs.quota``). ``EVAL``: a pipeline holding
+        a registered script first asks Redis whether it knows it, a round trip of its own."""
+        keys, args = _push_call(run, front=front)
+        pipe.eval(_PUSH, len(keys), *keys, *args)
 
     def remove(self, run_id: int) -> int:
         """Takes the run out of the queue (1) or out of the in-flight set (2); 0 when it was in neither."""
-        keys = [run_meta_key(run_id), INFLIGHT_KEY, POSITIONS_KEY, INFLIGHT_USERS_KEY, WAKE_KEY]
-        return int(self._remove(keys=keys, args=[run_id, PREFIX]))
+        return int(self._remove(keys=_remove_keys(run_id), args=[run_id, PREFIX, "", 0]))
+
+    def remove_in(self, pipe: redis.client.Pipeline, run_id: int, *, refund: Refund) -> None:
+        """:meth:`remove` queued on ``pipe``, its reply :meth:`remove`'s, with ``refund`` credited in the same step
+        when the run was in flight (2): what :meth:`remove` then :meth:`add_refund` do in two round trips, in the
+        caller's one (``runs.quota``'s settlement of an ended run). ``EVAL``, not ``EVALSHA``: a pipeline holding a
+        registered script first asks Redis whether it knows it, a round trip of its own."""
+        field = f"{refund.tier}:{refund.user_id}"
+        pipe.eval(_REMOVE, 6, *_remove_keys(run_id), run_id, PREFIX, field, repr(float(refund.amount)))
 
     def wait_for_work(self, timeout_s: float) -> bool:
         """Blocks until a run is queued or leaves the in-flight set (True), or ``timeout_s`` passes (False)."""
@@ -367,15 +365,7 @@ class RedisQueueStore:
         return True, _queued_run(run.tier, run.user_id, str(reply[1]), meta)
 
     def _run_claim(self, run: QueuedRun, *, now: float | None, peek: bool) -> Any:
-        keys = [
-            user_queue_key(run.tier, run.user_id),
-            backlog_key(run.tier),
-            run_meta_key(run.run_id),
-            queued_key(run.tier),
-            INFLIGHT_KEY,
-            POSITIONS_KEY,
-            INFLIGHT_USERS_KEY,
-        ]
+        keys = [*_run_keys(run), POSITIONS_KEY, INFLIGHT_USERS_KEY]
         owner = f"{run.user_id}|{run.deployment}|{run.tier}"
         at = now if now is not None else time.time()
         return self._claim(keys=keys, args=[run.run_id, run.user_id, owner, at, PREFIX if peek else ""])
@@ -477,6 +467,38 @@ class RedisQueueStore:
         return [
             _queued_run(tier, user, rid, meta) for (tier, user, rid), meta in zip(triples, metas, strict=True) if meta
         ]
+
+
+def _run_keys(run: QueuedRun) -> list[str]:
+    """The keys a run's push and claim both touch: its user's queue, the tier's backlog, its meta, the tier's queued
+    set and the in-flight set."""
+    return [
+        user_queue_key(run.tier, run.user_id),
+        backlog_key(run.tier),
+        run_meta_key(run.run_id),
+        queued_key(run.tier),
+        INFLIGHT_KEY,
+    ]
+
+
+def _push_call(run: QueuedRun, *, front: bool) -> tuple[list[str], list[str | int | float]]:
+    keys = [*_run_keys(run), INFLIGHT_USERS_KEY, WAKE_KEY]
+    args: list[str | int | float] = [
+        run.run_id,
+        run.user_id,
+        run.tier,
+        run.cost,
+        run.weight,
+        run.enqueued_at or time.time(),
+        run.deployment,
+        "1" if front else "0",
+        run.last_worker,
+    ]
+    return keys, args
+
+
+def _remove_keys(run_id: int) -> list[str]:
+    return [run_meta_key(run_id), INFLIGHT_KEY, POSITIONS_KEY, INFLIGHT_USERS_KEY, WAKE_KEY, REFUNDS_KEY]
 
 
 def _refund(field: Any, value: Any) -> tuple[str, int, float]:

@@ -113,6 +113,15 @@ class TickStart:
 
 
 @dataclass(frozen=True)
+class Refund:
+    """Counter units credited back to a user when their dispatched run ends using fewer tokens than it was charged."""
+
+    tier: str
+    user_id: int
+    amount: float
+
+
+@dataclass(frozen=True)
 class Position:
     queue_position: int
     """1 = the next run to be dispatched."""

@@ -257,18 +257,30 @@ class TokenBuckets:
 
     def bind(self, *, user_id: int, tier: str, reservation_id: str, run_id: int, now: float | None = None) -> bool:
         """The run was committed: its reservation now lives as long as a run may, under the run's name."""
-        return bool(
-            self._bind(
-                keys=[reservations_key(user_id), reserved_tokens_key(user_id), pending_key(tier)],
-                args=[
-                    "" if now is None else repr(now),
-                    reservation_id,
-                    run_member(run_id),
-                    repr(self.timeouts.run_ttl_s),
-                    self._key_ttl_ms,
-                ],
-            )
-        )
+        keys, args = self._bind_call(user_id=user_id, tier=tier, reservation_id=reservation_id, run_id=run_id, now=now)
+        return bool(self._bind(keys=keys, args=args))
+
+    def bind_in(
+        self, pipe: redis.client.Pipeline, *, user_id: int, tier: str, reservation_id: str, run_id: int
+    ) -> None:
+        """:meth:`bind` queued on ``pipe`` (its reply :meth:`bind`'s), for a caller that sends more in the same round
+        trip (``runs.quota``'s admission of a committed run). ``EVAL``: a pipeline holding a registered script first
+        asks Redis whether it knows it, a round trip of its own."""
+        keys, args = self._bind_call(user_id=user_id, tier=tier, reservation_id=reservation_id, run_id=run_id)
+        pipe.eval(_BIND, len(keys), *keys, *args)
+
+    def _bind_call(
+        self, *, user_id: int, tier: str, reservation_id: str, run_id: int, now: float | None = None
+    ) -> tuple[list[str], list[str | int]]:
+        keys = [reservations_key(user_id), reserved_tokens_key(user_id), pending_key(tier)]
+        args: list[str | int] = [
+            "" if now is None else repr(now),
+            reservation_id,
+            run_member(run_id),
+            repr(self.timeouts.run_ttl_s),
+            self._key_ttl_ms,
+        ]
+        return keys, args
 
     def settle(
         self, *, user_id: int, tier: str, member: str, used_tokens: int, limits: Limits, now: float | None = None
@@ -278,19 +290,35 @@ class TokenBuckets:
         ``member`` is the reservation id (nothing was committed: refund all with ``used_tokens=0``) or
         ``run_member(run_id)`` (the run ended). Idempotent: a second settle of one member refunds nothing.
         """
-        return int(
-            self._settle(
-                keys=[bucket_key(user_id), reservations_key(user_id), reserved_tokens_key(user_id), pending_key(tier)],
-                args=[
-                    "" if now is None else repr(now),
-                    member,
-                    used_tokens,
-                    limits.bucket_capacity_tokens,
-                    repr(float(limits.bucket_refill_per_s)),
-                    self._key_ttl_ms,
-                ],
-            )
+        keys, args = self._settle_call(
+            user_id=user_id, tier=tier, member=member, used_tokens=used_tokens, limits=limits, now=now
         )
+        return int(self._settle(keys=keys, args=args))
+
+    def settle_in(
+        self, pipe: redis.client.Pipeline, *, user_id: int, tier: str, member: str, used_tokens: int, limits: Limits
+    ) -> None:
+        """:meth:`settle` queued on ``pipe`` (its reply :meth:`settle`'s), for a caller that sends more in the same
+        round trip (``runs.quota``'s settlement of an ended run). ``EVAL``: a pipeline holding a registered script
+        first asks Redis whether it knows it, a round trip of its own."""
+        keys, args = self._settle_call(
+            user_id=user_id, tier=tier, member=member, used_tokens=used_tokens, limits=limits
+        )
+        pipe.eval(_SETTLE, len(keys), *keys, *args)
+
+    def _settle_call(
+        self, *, user_id: int, tier: str, member: str, used_tokens: int, limits: Limits, now: float | None = None
+    ) -> tuple[list[str], list[str | int]]:
+        keys = [bucket_key(user_id), reservations_key(user_id), reserved_tokens_key(user_id), pending_key(tier)]
+        args: list[str | int] = [
+            "" if now is None else repr(now),
+            member,
+            used_tokens,
+            limits.bucket_capacity_tokens,
+            repr(float(limits.bucket_refill_per_s)),
+            self._key_ttl_ms,
+        ]
+        return keys, args
 
     def bucket_tokens(self, *, user_id: int, limits: Limits, now: float | None = None) -> float:
         """Tokens in the user's bucket now (refilled, not written back)."""

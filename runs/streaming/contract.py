@@ -82,7 +82,17 @@ def read_after(run_id: int, after_seq: int, *, client: redis.Redis | None = None
     raw: list[tuple[str, dict[str, str]]] = client.xrange(  # type: ignore[assignment]
         stream_key(run_id), min=f"(0-{after_seq}" if after_seq else "-", max="+"
     )
-    return [parse_entry(entry_id, fields) for entry_id, fields in raw]
+    return entries_in(raw)
+
+
+def read_after_in(pipe: redis.client.Pipeline, run_id: int, after_seq: int) -> None:
+    """:func:`read_after` queued on ``pipe`` (a caller that sends it with more); :func:`entries_in` parses its reply."""
+    pipe.xrange(stream_key(run_id), min=f"(0-{after_seq}" if after_seq else "-", max="+")
+
+
+def entries_in(reply: list[tuple[str, dict[str, str]]]) -> list[StreamEntry]:
+    """The entries of an ``XRANGE`` reply (:func:`read_after_in`'s)."""
+    return [parse_entry(entry_id, fields) for entry_id, fields in reply]
 
 
 @dataclass(frozen=True)
@@ -269,6 +279,22 @@ class RunStreamWriter:
             pipe.zadd(active_streams_key(), {str(self.run_id): now})
             self._active_refreshed_at = now
         return self.seq
+
+
+def terminal_append_in(pipe: redis.client.Pipeline, run_id: int, event: StreamEvent, data: dict[str, Any]) -> None:
+    """A run's terminal event queued on ``pipe`` after whatever its stream holds (the caller executes it with the
+    rest of a run's end: ``runs.lifecycle``), with the TTL of an ended stream and the run out of the active set.
+
+    Its id is the next one Redis gives (``0-*``: the stream's last sequence number plus one), so the end needs no
+    read of the stream's last id first, a round trip of its own; every id stays ``0-<seq>``, numbered on from the
+    last entry, as a writer's appends are."""
+    if event not in TERMINAL_EVENTS:
+        raise ValueError(f"{event} is not a terminal event")
+    cfg = settings.STREAMS
+    key = stream_key(run_id)
+    pipe.xadd(key, {"event": event.value, "data": json.dumps(data)}, id="0-*", maxlen=cfg.maxlen, approximate=True)
+    pipe.expire(key, cfg.done_ttl_s)
+    pipe.zrem(active_streams_key(), str(run_id))
 
 
 def append_to_many(events: list[tuple[int, StreamEvent, dict[str, Any]]], *, client: redis.Redis | None = None) -> int:

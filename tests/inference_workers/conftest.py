@@ -136,33 +136,3 @@ def text_after_last_reset(entries: list[StreamEntry]) -> str:
 
 def stream_of(run: Run) -> list[StreamEntry]:
     return read_after(run.pk, 0)
-
-
-@pytest.fixture
-def redis_round_trips(monkeypatch: pytest.MonkeyPatch) -> Callable[[], list[str]]:
-    """Call it to start counting: what the calling thread sends to Redis from then on, one entry per round trip (a
-    command's name, or a pipeline's names joined by spaces)."""
-    import threading
-
-    import redis
-
-    def start() -> list[str]:
-        sent: list[str] = []
-        me = threading.current_thread()
-        command, execute = redis.Redis.execute_command, redis.client.Pipeline.execute
-
-        def counted_command(self: redis.Redis, *args: Any, **options: Any) -> Any:
-            if threading.current_thread() is me:
-                sent.append(str(args[0]))
-            return command(self, *args, **options)
-
-        def counted_execute(self: redis.client.Pipeline, *args: Any, **kwargs: Any) -> Any:
-            if threading.current_thread() is me and self.command_stack:
-                sent.append(" ".join(str(args[0]) for args, _ in self.command_stack))
-            return execute(self, *args, **kwargs)
-
-        monkeypatch.setattr(redis.Redis, "execute_command", counted_command)
-        monkeypatch.setattr(redis.client.Pipeline, "execute", counted_execute)
-        return sent
-
-    return start

@@ -287,7 +287,8 @@ def test_an_attempt_reads_its_runs_stream_once_before_the_claim(
     sim_runtime: WorkerRuntime, monkeypatch: pytest.MonkeyPatch, redis_round_trips: Callable[[], list[str]]
 ) -> None:
     """The stream's last id (where this attempt numbers from) and what it shows (an answer to continue from, or
-    none: a queued run's stream holds only the dispatcher's positions) come from one read: the lease, then that."""
+    none: a queued run's stream holds only the dispatcher's positions) come from one read, sent with the lease's
+    ``SET`` in one round trip."""
     from inference_workers import services
 
     run = RunFactory.create(max_tokens=4)
@@ -302,12 +303,26 @@ def test_an_attempt_reads_its_runs_stream_once_before_the_claim(
     monkeypatch.setattr(services, "run_mark_streaming", counted_claim)
     sent = redis_round_trips()
     assert generate_run(run_id=run.pk, runtime=sim_runtime) == RunStatus.DONE
-    assert before_claim == ["SET", "XRANGE"], before_claim
+    assert before_claim == ["SET XRANGE"], before_claim
     events = stream_of(run)
     assert [e.seq for e in events] == list(range(1, len(events) + 1))  # numbered on from the queued event
     assert events[1].event == StreamEvent.STATUS and events[1].data["status"] == RunStatus.STREAMING
     run.refresh_from_db()
     assert run.recovery == Recovery.NONE  # the positions are no answer
+
+
+def test_a_generated_run_costs_its_task_thread_four_round_trips_to_redis(
+    sim_runtime: WorkerRuntime, redis_round_trips: Callable[[], list[str]]
+) -> None:
+    """Besides its stream's appends (the process's stream writer sends those): the lease with the stream's read, the
+    cancel check, the end's one pipeline (the run out of the scheduler, its reservation settled, its counters, its
+    terminal event) and the lease's release with a heartbeat. Nine round trips before."""
+    run = RunFactory.create(max_tokens=4)
+    sent = redis_round_trips()
+    assert generate_run(run_id=run.pk, runtime=sim_runtime) == RunStatus.DONE
+    assert [trip.split()[0] for trip in sent] == ["SET", "EXISTS", "EVAL", "EVAL"], sent
+    assert sent[0] == "SET XRANGE" and sent[2].endswith("XADD EXPIRE ZREM"), sent
+    assert stream_of(run)[-1].event == StreamEvent.DONE
 
 
 def test_a_cancel_between_the_first_claims_read_and_its_update_ends_the_run_cancelled(

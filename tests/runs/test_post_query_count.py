@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -31,10 +32,12 @@ from accounts.limits import user_limits
 from accounts.models import User, UserLimitOverride
 from chats.models import Chat, Message
 from core.errors import ConflictError
+from runs.counters import read_run_metrics
 from runs.models import Run, RunStatus
 from runs.queueing import get_scheduler_store
 from runs.quota import bucket_limits, get_token_buckets
 from runs.services import run_create
+from scheduling.token_bucket import run_member
 from tests.factories import ChatFactory, RunFactory, UserFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -83,6 +86,26 @@ def test_an_accepted_prompt_is_three_round_trips(user: User, django_assert_num_q
     chat.refresh_from_db()
     assert chat.title == "hello there" and chat.updated_at >= run.user_message.created_at
     assert get_scheduler_store().queue_depth(user.tier.name) == queued + 1  # handed on after commit, in the same count
+
+
+@pytest.mark.usefixtures("warm")
+def test_an_accepted_prompt_is_two_round_trips_to_redis(user: User, redis_round_trips: Callable[[], list[str]]) -> None:
+    """Admission before the prompt's statement (the token bucket's script), and after its commit one pipeline: the
+    reservation bound to the run, the admission counted and the run queued for the dispatcher (three round trips
+    before). Around them: the input moderation's check for a recent violation, and the 202's queue position."""
+    client = token_client(user)
+    chat = ChatFactory.create(owner=user)
+    before = read_run_metrics().admitted.get(user.tier.name, 0)
+    sent = redis_round_trips()
+    resp = post(client, chat.pk)
+    assert resp.status_code == 202, resp.json()
+    assert sent == ["EXISTS", "EVALSHA", "EVAL HINCRBY EVAL", "HMGET"], sent
+
+    run = Run.objects.get(pk=resp.json()["run"]["id"])
+    assert get_token_buckets().reservations(user_id=user.pk) == {run_member(run.pk): run.reserved_tokens}
+    head = get_scheduler_store().heads()[user.tier.name][user.pk]
+    assert (head.run_id, head.cost) == (run.pk, run.reserved_tokens)
+    assert read_run_metrics().admitted[user.tier.name] == before + 1
 
 
 @pytest.mark.usefixtures("warm")

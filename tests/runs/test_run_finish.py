@@ -3,6 +3,8 @@ the locking read for every other case, with the same outcome either way."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from django.utils import timezone
 from pytest_django.fixtures import DjangoAssertNumQueries
@@ -12,12 +14,13 @@ from accounts.limits import user_limits
 from accounts.models import UsageDay, User
 from chats.models import Chat, ChatOrigin, Message, MessageRole, Moderation
 from generation.result import EngineFinishReason, GenerationResult
+from runs.counters import read_run_metrics
 from runs.lifecycle import run_finish, run_mark_first_token, run_mark_streaming
 from runs.models import FinishReason, Revision, Run, RunStatus
 from runs.queueing import get_scheduler_store
 from runs.quota import bucket_limits, get_token_buckets
 from runs.services import run_cancel
-from runs.streaming.contract import StreamEvent, read_after
+from runs.streaming.contract import RunStreamWriter, StreamEvent, read_after
 from tests.factories import ChatFactory, MessageFactory, RunFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -180,3 +183,56 @@ def test_a_claimed_end_refunds_what_was_not_used_with_the_claims_limits(api: API
     )
     assert get_token_buckets().reservations(user_id=user.pk) == {}
     assert store.take_refunds() == [("free", user.pk, 180.0)]
+
+
+def test_a_runs_end_reaches_redis_in_one_round_trip_after_its_statement(
+    api: APIClient, user: User, redis_round_trips: Callable[[], list[str]]
+) -> None:
+    """After commit, everything Redis learns of the end goes in one pipeline (it took six round trips): the run out
+    of the in-flight set with its refund, its reservation settled, its counters, and its terminal event, numbered on
+    from the stream's last entry with no read of it first."""
+    chat = ChatFactory.create(owner=user, origin=ChatOrigin.API)
+    resp = api.post(f"/api/chats/{chat.pk}/messages", {"content": "hello there", "max_tokens": 200}, format="json")
+    assert resp.status_code == 202, resp.content
+    run = Run.objects.get(pk=resp.json()["run"]["id"])
+    store = get_scheduler_store()
+    assert store.claim(store.heads()["free"][user.pk])  # dispatched: in flight, charged in full
+    claimed = _claimed(run)
+    writer = RunStreamWriter(run.pk)
+    for text in ("hi", " there"):
+        writer.append(StreamEvent.DELTA, {"text": text, "tokens": 1})
+    written = read_after(run.pk, 0)
+
+    sent = redis_round_trips()
+    run_finish(run_id=run.pk, attempt=1, result=_result("hi there", tokens=2), claimed=claimed)
+    assert len(sent) == 1, sent
+    commands = sent[0].split()
+    assert commands[:2] == ["EVAL", "EVAL"] and commands[-3:] == ["XADD", "EXPIRE", "ZREM"], commands
+    assert 3 <= len(commands[2:-3]) <= 9 and set(commands[2:-3]) == {"HINCRBY", "HINCRBYFLOAT"}, commands  # counters
+
+    entries = read_after(run.pk, 0)
+    assert entries[:-1] == written
+    assert (entries[-1].seq, entries[-1].event) == (written[-1].seq + 1, StreamEvent.DONE)
+    assert entries[-1].data["usage"]["output_tokens"] == 2
+    assert not store.is_queued_or_in_flight(run.pk, "free")
+    assert store.take_refunds() == [("free", user.pk, 198.0)]
+    assert get_token_buckets().reservations(user_id=user.pk) == {}
+    metrics = read_run_metrics()
+    assert metrics.finished == {("free", RunStatus.DONE): 1} and metrics.output_tokens == {"free": 2}
+
+
+def test_a_run_that_was_never_dispatched_gets_no_refund_of_the_fair_share_counter(api: APIClient, user: User) -> None:
+    """The refund goes back only to a run the dispatcher charged: one cancelled while queued leaves the queue, and
+    the fair-share counter, which never charged it, is credited nothing."""
+    chat = ChatFactory.create(owner=user)
+    resp = api.post(f"/api/chats/{chat.pk}/messages", {"content": "hello there", "max_tokens": 200}, format="json")
+    assert resp.status_code == 202, resp.content
+    run_id = resp.json()["run"]["id"]
+    store = get_scheduler_store()
+    assert store.is_queued_or_in_flight(run_id, "free")
+    assert api.post(f"/api/runs/{run_id}/cancel").status_code in (200, 202)
+    assert Run.objects.get(pk=run_id).status == RunStatus.CANCELLED
+    assert not store.is_queued_or_in_flight(run_id, "free")
+    assert store.take_refunds() == []
+    assert read_after(run_id, 0)[-1].event == StreamEvent.DONE
+    assert get_token_buckets().reservations(user_id=user.pk) == {}
