@@ -19,8 +19,16 @@ from typing import IO, Any
 from django.core.handlers.asgi import ASGIHandler, ASGIRequest
 from django.http.response import HttpResponseBase
 
+from core.middleware import on_loop_classes
+
 
 class WholeBodyASGIHandler(ASGIHandler):
+    def load_middleware(self, is_async: bool = False) -> None:
+        """Django's loading of ``settings.MIDDLEWARE``, with Django's own middleware as their subclasses that run the
+        hooks doing no I/O on the event loop (``core.middleware``)."""
+        with on_loop_classes():
+            super().load_middleware(is_async)
+
     def create_request(
         self, scope: Mapping[str, Any], body_file: IO[bytes]
     ) -> tuple[ASGIRequest, None] | tuple[None, HttpResponseBase]:

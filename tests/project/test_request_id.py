@@ -7,11 +7,9 @@ their body after the middleware has returned.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from collections.abc import AsyncIterator, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -27,6 +25,7 @@ from runs.models import RunStatus
 from runs.streaming import views as stream_views
 from runs.streaming.asgi import RUN_STREAM_PATH, with_stream_route
 from runs.streaming.contract import RunStreamWriter, StreamEvent
+from tests.asgi_driver import asgi_call
 from tests.factories import ChatFactory, RunFactory
 
 GENERATED = re.compile(r"[0-9a-f]{32}")
@@ -113,42 +112,8 @@ def asgi_request(
     """One request through the project's ASGI routing (the stream route included), on a fresh loop/thread."""
     # As chatproject/asgi.py routes it; not get_asgi_application(): setup() would reconfigure logging.
     app = with_stream_route(ASGIHandler(), paths=(RUN_STREAM_PATH, *OPENAI_STREAM_PATHS))
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": method,
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()],
-        "client": ("127.0.0.1", 50000),
-        "server": ("testserver", 80),
-    }
-    sent: list[dict[str, Any]] = []
-
-    async def call() -> None:
-        requests = [{"type": "http.request", "body": b"", "more_body": False}]
-
-        async def receive() -> dict[str, Any]:
-            if requests:
-                return requests.pop()
-            await asyncio.sleep(3600)  # no disconnect: the response ends on its own
-            return {"type": "http.disconnect"}
-
-        async def send(message: Any) -> None:
-            sent.append(dict(message))
-
-        await asyncio.wait_for(app(scope, receive, send), timeout=30)
-
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        pool.submit(asyncio.run, call()).result()
-    start = next(m for m in sent if m["type"] == "http.response.start")
-    response_headers = {k.decode().lower(): v.decode() for k, v in start["headers"]}
-    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
-    return start["status"], response_headers, body
+    answer = asgi_call(app, path, method=method, headers=list((headers or {}).items()))
+    return answer.status, answer.headers, answer.body
 
 
 @pytest.mark.django_db(transaction=True)  # the stream view reads the run on its own database threads
