@@ -7,8 +7,8 @@ on this machine:
 
 - the request sent, and its first chunk with content read (this process);
 - the run's row written (``Run.created_at``), claimed (``started_at``) and its first token (``first_token_at``);
-- the run queued after its statement committed (the web's ``queued`` lifecycle record, to the millisecond: the
-  processes log at ``INFO``, as shipped);
+- the run queued after its statement committed (the web's ``queued`` lifecycle record, logged just before the push
+  is sent, to the millisecond: the processes log at ``INFO``, as shipped);
 - the dispatcher's send, the worker's receipt and the task's start (Celery's ``task-sent``, ``task-received`` and
   ``task-started`` events, which Flower reads, taken here with Celery's own event receiver).
 
@@ -124,8 +124,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _queued_at(web_log: Path) -> dict[int, float]:
     """When the web process logged each run ``queued`` (``runs.lifecycle_log``: after the prompt's statement
-    committed and the run was pushed to the scheduler's queue, which wakes the dispatcher), by run; millisecond
-    timestamps."""
+    committed, just before the admission's pipeline pushes the run to the scheduler's queue, which wakes the
+    dispatcher), by run; millisecond timestamps."""
     out: dict[int, float] = {}
     for line in web_log.read_text(errors="replace").splitlines():
         if '"queued"' not in line:
