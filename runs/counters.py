@@ -73,18 +73,13 @@ def record_refused(*, tier: str, reason: str, client: redis.Redis | None = None)
     _increment({f"refused|{tier}|{reason}": 1}, client=client)
 
 
-def record_run_end(*, run: Run, tier: str, client: redis.Redis | None = None) -> None:
-    """A run ended (done, cancelled or failed): its status, tokens, time to first token and queue wait.
+def record_run_end_in(pipe: redis.client.Pipeline, *, run: Run, tier: str) -> None:
+    """A run ended (done, cancelled or failed): its status, tokens, time to first token and queue wait, queued on
+    ``pipe``, which the caller sends with the rest of the run's settlement (``runs.quota``) and whose failure it logs.
 
     TTFT is what the user waited: from the POST (``created_at``) to the first token; queue wait runs until
     a worker started generating. Runs that never started count in neither histogram.
     """
-    _increment(_run_end_fields(run=run, tier=tier), client=client)
-
-
-def record_run_end_in(pipe: redis.client.Pipeline, *, run: Run, tier: str) -> None:
-    """:func:`record_run_end`'s commands queued on ``pipe``, for a caller that sends more in the same round trip
-    (``runs.quota``'s settlement of an ended run); the caller logs a failure."""
     _increments_in(pipe, _run_end_fields(run=run, tier=tier))
 
 

@@ -243,7 +243,7 @@ class RedisQueueStore:
         when the run was in flight (2): what :meth:`remove` then :meth:`add_refund` do in two round trips, in the
         caller's one (``runs.quota``'s settlement of an ended run). ``EVAL``, not ``EVALSHA``: a pipeline holding a
         registered script first asks Redis whether it knows it, a round trip of its own."""
-        field = f"{refund.tier}:{refund.user_id}"
+        field = _refund_field(refund.tier, refund.user_id)
         pipe.eval(_REMOVE, 6, *_remove_keys(run_id), run_id, PREFIX, field, repr(float(refund.amount)))
 
     def wait_for_work(self, timeout_s: float) -> bool:
@@ -416,7 +416,7 @@ class RedisQueueStore:
 
     def add_refund(self, *, tier: str, user_id: int, amount: float) -> None:
         if amount > 0:
-            self.client.hincrbyfloat(REFUNDS_KEY, f"{tier}:{user_id}", amount)
+            self.client.hincrbyfloat(REFUNDS_KEY, _refund_field(tier, user_id), amount)
 
     def take_refunds(self) -> list[tuple[str, int, float]]:
         """Reads and clears the pending refunds in one transaction."""
@@ -499,6 +499,11 @@ def _push_call(run: QueuedRun, *, front: bool) -> tuple[list[str], list[str | in
 
 def _remove_keys(run_id: int) -> list[str]:
     return [run_meta_key(run_id), INFLIGHT_KEY, POSITIONS_KEY, INFLIGHT_USERS_KEY, WAKE_KEY, REFUNDS_KEY]
+
+
+def _refund_field(tier: str, user_id: int) -> str:
+    """A user's field in the refunds hash (:func:`_refund` reads it back)."""
+    return f"{tier}:{user_id}"
 
 
 def _refund(field: Any, value: Any) -> tuple[str, int, float]:

@@ -262,13 +262,7 @@ class RunStreamWriter:
         self.seq += 1
         cfg = settings.STREAMS
         terminal = event in TERMINAL_EVENTS
-        pipe.xadd(
-            self.key,
-            {"event": event.value, "data": json.dumps(data)},
-            id=f"0-{self.seq}",
-            maxlen=cfg.maxlen,
-            approximate=True,
-        )
+        _xadd(pipe, self.key, event, data, entry_id=f"0-{self.seq}")
         if terminal or not self._expiry_set:
             pipe.expire(self.key, cfg.done_ttl_s if terminal else cfg.live_ttl_s)
             self._expiry_set = True
@@ -290,11 +284,16 @@ def terminal_append_in(pipe: redis.client.Pipeline, run_id: int, event: StreamEv
     last entry, as a writer's appends are."""
     if event not in TERMINAL_EVENTS:
         raise ValueError(f"{event} is not a terminal event")
-    cfg = settings.STREAMS
     key = stream_key(run_id)
-    pipe.xadd(key, {"event": event.value, "data": json.dumps(data)}, id="0-*", maxlen=cfg.maxlen, approximate=True)
-    pipe.expire(key, cfg.done_ttl_s)
+    _xadd(pipe, key, event, data, entry_id="0-*")
+    pipe.expire(key, settings.STREAMS.done_ttl_s)
     pipe.zrem(active_streams_key(), str(run_id))
+
+
+def _xadd(pipe: redis.client.Pipeline, key: str, event: StreamEvent, data: dict[str, Any], *, entry_id: str) -> None:
+    """One event's ``XADD``, the stream trimmed to about ``STREAMS.maxlen`` entries."""
+    fields = {"event": event.value, "data": json.dumps(data)}
+    pipe.xadd(key, fields, id=entry_id, maxlen=settings.STREAMS.maxlen, approximate=True)  # type: ignore[arg-type]
 
 
 def append_to_many(events: list[tuple[int, StreamEvent, dict[str, Any]]], *, client: redis.Redis | None = None) -> int:
