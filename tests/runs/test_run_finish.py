@@ -236,3 +236,21 @@ def test_a_run_that_was_never_dispatched_gets_no_refund_of_the_fair_share_counte
     assert store.take_refunds() == []
     assert read_after(run_id, 0)[-1].event == StreamEvent.DONE
     assert get_token_buckets().reservations(user_id=user.pk) == {}
+
+
+def test_the_first_tokens_time_is_written_once_and_only_for_the_attempt_that_holds_the_run(
+    django_assert_num_queries: DjangoAssertNumQueries,
+) -> None:
+    run = RunFactory.create()
+    _claimed(run)
+    run_mark_first_token(run_id=run.pk, attempt=2)  # not the attempt that holds it: nothing written
+    assert Run.objects.get(pk=run.pk).first_token_at is None
+
+    before = timezone.now()
+    with django_assert_num_queries(1):
+        run_mark_first_token(run_id=run.pk, attempt=1)
+    first = Run.objects.get(pk=run.pk).first_token_at
+    assert first is not None and before <= first <= timezone.now()
+
+    run_mark_first_token(run_id=run.pk, attempt=1)  # a second call keeps the first time
+    assert Run.objects.get(pk=run.pk).first_token_at == first
