@@ -224,6 +224,12 @@ class WorkerRuntime:
         """True if a cancel was signalled for the run (covers a signal sent before the listener saw it)."""
         return bool(self.client.exists(cancel_key(run_id)))
 
+    @staticmethod
+    def cancel_pending_in(pipe: redis.client.Pipeline, run_id: int) -> None:
+        """:meth:`cancel_pending`'s read queued on ``pipe``, for a caller that sends it with other commands: its
+        reply is non-zero when a cancel was signalled."""
+        pipe.exists(cancel_key(run_id))
+
     def unregister(self, run_id: int) -> None:
         with self._lock:
             self._active.pop(run_id, None)

@@ -193,7 +193,8 @@ class GenerationAttempt:
     def generate(self) -> RunStatus | None:
         """The attempt, step by step; returns the run's final status (None: not this attempt's to end, or left
         to the reaper). The run is registered with the runtime (its cancels, its handoff, its lease refreshed by
-        the heartbeat) while it is pumped, and unregistered whatever happens, before :meth:`result` ends it. An
+        the heartbeat) once claimed, while it is announced and pumped, and unregistered whatever happens, before
+        :meth:`result` ends it. An
         exception no step handles (Postgres out past ``DB_RETRY_S``, say) goes to the caller with the run left as
         it is, for the reaper."""
         ended = self.open()
@@ -201,7 +202,9 @@ class GenerationAttempt:
             return ended.status
         active = self.runtime.register(run_id=self.run_id, attempt=self.attempt)
         try:
-            ended = self.pump(active)
+            ended = self.announce()
+            if ended is None:
+                ended = self.pump(active)
         finally:
             if self.coalescer is not None:  # an append still on its way lands before the lease is released
                 self.coalescer.abandon()
@@ -211,14 +214,11 @@ class GenerationAttempt:
         return self.result()
 
     def open(self) -> _Ended | None:
-        """Claims the run for this attempt in Postgres (``run_mark_streaming``, retried while Postgres is out)
-        and says so in its stream: a ``reset`` first when the attempt starts the answer over, then ``status``
-        (with ``continued_from_tokens`` when it goes on from the streamed text).
+        """Claims the run for this attempt in Postgres (``run_mark_streaming``, retried while Postgres is out).
 
-        Ends the attempt when the claim changed nothing (not this attempt's run: nothing is written), when the
+        Ends the attempt when the claim changed nothing (not this attempt's run: nothing is written), or when the
         claim ended the run (it was cancelling when its previous worker died, or ran out of attempts: its final
-        status, nothing written), or when the earlier attempts' answer used up ``max_tokens`` (the run is finished
-        ``length`` with it). Nothing is registered with the runtime yet: only the lease, the caller's, is held.
+        status, nothing written). Nothing is registered with the runtime yet: only the lease, the caller's, is held.
         """
         streamed = self.streamed
         run, changed = _with_db_retry(
@@ -232,18 +232,34 @@ class GenerationAttempt:
             return _Ended(RunStatus(run.status))
         self.run, self.attempt = run, run.attempts
         self.resumed = resumed = streamed if run.recovery == Recovery.CONTINUED else None
-        status: dict[str, object] = {"status": run.status, "attempt": self.attempt, "worker": self.runtime.worker_name}
         if resumed is not None:
-            status["continued_from_tokens"] = resumed.tokens
             self.input_tokens = resumed.prompt_tokens or 0
             logger.info(
                 "run %s: attempt %s continues from %s streamed tokens", self.run_id, self.attempt, resumed.tokens
             )
+        return None
+
+    def announce(self) -> _Ended | None:
+        """Says in the run's stream that this attempt has it: a ``reset`` first when the attempt starts the answer
+        over, then ``status`` (with ``continued_from_tokens`` when it goes on from the streamed text). Called once
+        the run is registered with the runtime: the ``status`` append carries the check for a cancel signalled
+        before the registration (after it, the runtime's cancel listener sees one), in the same round trip.
+
+        Ends the attempt when the earlier attempts' answer used up ``max_tokens`` (the run is finished ``length``
+        with it), or when a cancel came before the registration (finished ``abort``, no new text)."""
+        run, resumed = self.run, self.resumed
+        status: dict[str, object] = {"status": run.status, "attempt": self.attempt, "worker": self.runtime.worker_name}
+        if resumed is not None:
+            status["continued_from_tokens"] = resumed.tokens
         elif run.recovery == Recovery.RESTARTED:  # an earlier attempt's text, if any, is dropped by clients
             self.writer.append(StreamEvent.RESET, {"attempt": self.attempt})
-        self.writer.append(StreamEvent.STATUS, status)
+        _seq, (cancelled,) = self.writer.append_with(
+            StreamEvent.STATUS, status, reads=lambda pipe: self.runtime.cancel_pending_in(pipe, self.run_id)
+        )
         if resumed is not None and resumed.tokens >= run.max_tokens:  # the earlier attempts used up max_tokens
             return _Ended(self._finish(EngineFinishReason.LENGTH))
+        if cancelled:  # signalled between the claim and the registration: nothing to generate
+            return _Ended(self._finish(EngineFinishReason.ABORT))
         return None
 
     def pump(self, active: ActiveRun) -> _Ended | None:
@@ -253,10 +269,11 @@ class GenerationAttempt:
         request it stops reading is aborted (the host's stream aborts one that is abandoned).
 
         Ends the attempt, having ended the run, when the prompt (or the stored sampling) cannot be built (failed:
-        the engine was not asked), when a cancel came before generation started (finished ``abort``, no new
-        text), or when the engine fails the request (failed, once the text so far is in the stream). Ends it with
-        the run left ``streaming`` for the reaper to requeue on a live worker when the engine dies, or when the
-        stream cannot be written (:class:`StreamLost`: the engine request is aborted, the unwritten text dropped).
+        the engine was not asked), when the runtime's listener saw a cancel while the prompt was built (finished
+        ``abort``, no new text), or when the engine fails the request (failed, once the text so far is in the
+        stream). Ends it with the run left ``streaming`` for the reaper to requeue on a live worker when the engine
+        dies, or when the stream cannot be written (:class:`StreamLost`: the engine request is aborted, the
+        unwritten text dropped).
         """
         try:
             request = self._engine_request(active)
@@ -265,7 +282,7 @@ class GenerationAttempt:
             return _Ended(self._fail(f"Could not build the prompt: {exc}"))
         coalescer = self.coalescer = self._new_coalescer(request)
         release_connection()  # generating takes seconds: the next write takes a connection again
-        if self.runtime.cancel_pending(self.run_id):  # cancelled between the claim and now: nothing to generate
+        if active.cancel_requested.is_set():  # the listener saw a cancel while the prompt was built
             return _Ended(self._finish(EngineFinishReason.ABORT))
         try:
             return self._generate_into(coalescer, request=request, active=active)

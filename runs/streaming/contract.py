@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -218,15 +219,39 @@ class RunStreamWriter:
         append is sent at once): the returned :class:`PendingAppend`'s ``result()`` is what :meth:`append` would
         have returned or raised. Read it before the writer's next append: that one is numbered as if this one
         had been written."""
+        return self._append_in(event, data)[0]
+
+    def append_with(
+        self, event: StreamEvent, data: dict[str, Any], *, reads: Callable[[redis.client.Pipeline], None]
+    ) -> tuple[int, list[Any]]:
+        """:meth:`append`, with what ``reads`` queues on its pipeline sent in the same round trip, after the append
+        (so Redis reads them once the event is in the stream); returns the append's sequence number and the replies
+        of those reads. Raises as :meth:`append` does (a failed read fails the whole)."""
+        pending, first = self._append_in(event, data, reads=reads)
+        seq = pending.result()
+        return seq, pending.submission.replies[first:]
+
+    def _append_in(
+        self,
+        event: StreamEvent,
+        data: dict[str, Any],
+        *,
+        reads: Callable[[redis.client.Pipeline], None] | None = None,
+    ) -> tuple[PendingAppend, int]:
+        """The append sent (the batcher's or a pipeline of its own), and where ``reads``' replies start in its
+        replies."""
         pipe = self.client.pipeline(transaction=False)
         pipe.xrevrange(self.key, count=1)  # the entry before this one, in the same round trip
         seq = self.queue(pipe, event, data)
+        first = len(pipe.command_stack)
+        if reads is not None:
+            reads(pipe)
         if self.batcher is not None:
-            return PendingAppend(self, seq, self.batcher.submit(self.client, pipe.command_stack))
+            return PendingAppend(self, seq, self.batcher.submit(self.client, pipe.command_stack)), first
         try:
-            return PendingAppend(self, seq, Submission.settled(replies=pipe.execute()))
+            return PendingAppend(self, seq, Submission.settled(replies=pipe.execute())), first
         except Exception as exc:  # noqa: BLE001 - raised by the pending append's result(), as a batcher's would be
-            return PendingAppend(self, seq, Submission.settled(error=exc))
+            return PendingAppend(self, seq, Submission.settled(error=exc)), first
 
     def _answered(self, seq: int, submission: Submission) -> int:
         """Reads the reply of append ``seq`` (waiting for it): on a failure the next append is numbered as if it had

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import pytest
+import redis
 from django.conf import settings
 
 from chats.models import Message, MessageRole
@@ -311,20 +312,62 @@ def test_an_attempt_reads_its_runs_stream_once_before_the_claim(
     assert run.recovery == Recovery.NONE  # the positions are no answer
 
 
-def test_a_generated_run_costs_its_task_thread_four_round_trips_to_redis(
-    sim_runtime: WorkerRuntime, redis_round_trips: Callable[[], list[str]]
+def test_a_generated_run_costs_its_task_thread_three_round_trips_to_redis(
+    sim_runtime: WorkerRuntime, redis_round_trips: Callable[[], list[str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Besides its stream's appends (the process's stream writer sends those): the lease with the stream's read, the
-    cancel check, the end's one pipeline (the run out of the scheduler, its reservation settled, its counters, its
-    terminal event) and the lease's release with a heartbeat. Nine round trips before."""
+    """Besides its stream's appends (the process's stream writer sends those, the check for a cancel signalled before
+    the run was registered with its ``status`` event): the lease with the stream's read, the end's one pipeline (the
+    run out of the scheduler, its reservation settled, its counters, its terminal event) and the lease's release with
+    a heartbeat. Nine round trips before, then four with the cancel check a round trip of its own."""
+    pipelines: list[str] = []  # every thread's, the stream writer's included
+    execute = redis.client.Pipeline.execute
+
+    def recorded(self: redis.client.Pipeline, *args: Any, **kwargs: Any) -> Any:
+        pipelines.append(" ".join(str(command[0]) for command, _ in self.command_stack))
+        return execute(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis.client.Pipeline, "execute", recorded)
     run = RunFactory.create(max_tokens=4)
     sent = redis_round_trips()
     assert generate_run(run_id=run.pk, runtime=sim_runtime) == RunStatus.DONE
     load_reads = "ZREMRANGEBYSCORE ZCARD"  # the streams' load, read at most once a second per process: not per run
     sent = [trip for trip in sent if trip != load_reads]
-    assert [trip.split()[0] for trip in sent] == ["SET", "EXISTS", "EVAL", "EVAL"], sent
-    assert sent[0] == "SET XRANGE" and sent[2].endswith("XADD EXPIRE ZREM"), sent
+    assert [trip.split()[0] for trip in sent] == ["SET", "EVAL", "EVAL"], sent
+    assert sent[0] == "SET XRANGE" and sent[1].endswith("XADD EXPIRE ZREM"), sent
+    assert not any(trip.startswith("EXISTS") for trip in sent), sent
+    checks = [p for p in pipelines if "EXISTS" in p.split()]
+    assert len(checks) == 1 and "XREVRANGE XADD EXPIRE ZADD EXISTS" in checks[0], pipelines  # the status's append
     assert stream_of(run)[-1].event == StreamEvent.DONE
+
+
+def test_a_cancel_the_listener_sees_while_the_prompt_is_built_ends_the_run_without_asking_the_engine(
+    sim_runtime: WorkerRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the ``status`` event's check, a cancel comes through the runtime's listener (the run is registered):
+    one that lands before the engine is asked ends the run ``cancelled`` with no text, and no engine request."""
+    from inference_workers import services
+
+    run = RunFactory.create(max_tokens=8)
+    build = services.build_run_prompt
+
+    def cancel_lands(**kwargs: Any) -> str:
+        assert sim_runtime.request_cancel(run.pk)  # as the listener does on the cancel's message
+        return build(**kwargs)
+
+    asked: list[GenerationRequest] = []
+    stream_batches = sim_runtime.host.stream_batches
+
+    def spied(request: GenerationRequest, **kwargs: Any) -> Any:
+        asked.append(request)
+        return stream_batches(request, **kwargs)
+
+    monkeypatch.setattr(services, "build_run_prompt", cancel_lands)
+    monkeypatch.setattr(sim_runtime.host, "stream_batches", spied)
+    assert generate_run(run_id=run.pk, runtime=sim_runtime) == RunStatus.CANCELLED
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED and run.output_tokens == 0 and run.assistant_message is None
+    assert not any(e.event == StreamEvent.DELTA for e in stream_of(run))
+    assert asked == []
 
 
 def test_a_cancel_between_the_first_claims_read_and_its_update_ends_the_run_cancelled(
