@@ -67,12 +67,11 @@ class CompiledGet(Generic[M]):
         if row is None:
             missing: type[ObjectDoesNotExist] = model.DoesNotExist  # type: ignore[attr-defined]
             raise missing(f"{model._meta.object_name} matching query does not exist.")
-        for converted in compiled.compiler.results_iter([[row]]):  # the field converters, as the ORM applies them
-            obj = model.from_db(self._using, compiled.init_list, converted[compiled.start : compiled.end])
-            for populator in compiled.populators:
-                populator.populate(converted, obj)
-            return obj
-        raise AssertionError("results_iter yielded no row for a fetched one")  # pragma: no cover
+        converted = next(iter(compiled.compiler.results_iter([[row]])))  # the field converters, as the ORM's
+        obj = model.from_db(self._using, compiled.init_list, converted[compiled.start : compiled.end])
+        for populator in compiled.populators:
+            populator.populate(converted, obj)
+        return obj
 
     def _compiled(self) -> _Compiled[M]:
         connection = connections[self._using]

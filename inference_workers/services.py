@@ -253,7 +253,7 @@ class GenerationAttempt:
             status["continued_from_tokens"] = resumed.tokens
         elif run.recovery == Recovery.RESTARTED:  # an earlier attempt's text, if any, is dropped by clients
             self.writer.append(StreamEvent.RESET, {"attempt": self.attempt})
-        _seq, (cancelled,) = self.writer.append_with(
+        (cancelled,) = self.writer.append_with(
             StreamEvent.STATUS, status, reads=lambda pipe: self.runtime.cancel_pending_in(pipe, self.run_id)
         )
         if resumed is not None and resumed.tokens >= run.max_tokens:  # the earlier attempts used up max_tokens

@@ -223,13 +223,13 @@ class RunStreamWriter:
 
     def append_with(
         self, event: StreamEvent, data: dict[str, Any], *, reads: Callable[[redis.client.Pipeline], None]
-    ) -> tuple[int, list[Any]]:
+    ) -> list[Any]:
         """:meth:`append`, with what ``reads`` queues on its pipeline sent in the same round trip, after the append
-        (so Redis reads them once the event is in the stream); returns the append's sequence number and the replies
-        of those reads. Raises as :meth:`append` does (a failed read fails the whole)."""
+        (so Redis reads them once the event is in the stream); returns the replies of those reads (the append's
+        sequence number is :attr:`seq`). Raises as :meth:`append` does (a failed read fails the whole)."""
         pending, first = self._append_in(event, data, reads=reads)
-        seq = pending.result()
-        return seq, pending.submission.replies[first:]
+        pending.result()
+        return pending.submission.replies[first:]
 
     def _append_in(
         self,
